@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: GPL-2.0
+# The VM test plan of `make check`. Sourced by the guest's /init after lib.sh.
+
+M=$GDRPEER/modules
+
+# --- The rig: module chain and symbol versions -----------------------------
+
+# A gdrpeer.ko linked against nvsim's symbol versions must be refused when the
+# loaded exporter's nv-p2p ABI (and so its CRCs) differs: MODVERSIONS at work.
+test_modversions_refuse_skewed_exporter() {
+	load $M/nvsim-skew.ko || fail "skewed nvsim did not load"
+	err=$(load $M/gdrpeer.ko) && { unload gdrpeer; unload nvsim; fail "gdrpeer.ko loaded"; }
+	unload nvsim
+	expect_eq "insmod errno" "$err" EINVAL
+	dmesg | grep -q "gdrpeer: disagrees about version of symbol nvidia_p2p_" ||
+		fail "no 'disagrees about version of symbol' message"
+}
+
+test_modversions_accept_matching_exporter() {
+	load $M/nvsim.ko || fail "nvsim did not load"
+	load $M/gdrpeer.ko || fail "gdrpeer.ko refused by the exporter it was built for"
+	grep -q '^gdrpeer ' /proc/modules || fail "gdrpeer not in /proc/modules"
+	[ -c /dev/gdrpeer ] || fail "/dev/gdrpeer missing"
+}
+
+
+
+test_nvsim_binds_ivshmem() {
+	ls /sys/bus/pci/drivers/nvsim/ | grep -q '^0000:' ||
+		fail "nvsim did not bind the ivshmem device"
+}
+
+test_get_version() {
+	out=$(gdrpeer info) || fail "gdrpeer info failed: $out"
+	echo "$out"
+	echo "$out" | grep -q "module ABI: *1\.0 " || fail "unexpected ABI line"
+}
+
+test_rmmod_order() {
+	rmmod nvsim 2>/dev/null && fail "nvsim unloaded while gdrpeer uses its symbols"
+	rmmod gdrpeer || fail "rmmod gdrpeer"
+	rmmod nvsim || fail "rmmod nvsim"
+	[ ! -e /dev/gdrpeer ] || fail "/dev/gdrpeer left behind"
+}
+
+# --- The oracle: the kernel log must catch what it is meant to catch -------
+
+# Runs last: lockdep switches itself off after its first report. The host
+# requires each planted report to appear inside the marked region.
+test_log_oracle_catches_planted_bugs() {
+	load $M/planted.ko || fail "planted.ko"
+	kmsg "expect-reports kasan lockdep warning kmemleak"
+	for bug in warning lockdep kasan leak; do
+		echo $bug >/sys/kernel/debug/planted/trigger
+	done
+	sleep 6
+	echo scan >/sys/kernel/debug/kmemleak
+	cat /sys/kernel/debug/kmemleak >/dev/kmsg
+	echo clear >/sys/kernel/debug/kmemleak
+	kmsg "end-expect"
+	rmmod planted
+}
+
+run_plan() {
+	t modversions-refuse-skewed-exporter test_modversions_refuse_skewed_exporter
+	t modversions-accept-matching-exporter test_modversions_accept_matching_exporter
+	kunit_results gdrpeer_range
+	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
+	t gdrpeer-get-version test_get_version
+	t rmmod-order test_rmmod_order
+	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs
+}

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: GPL-2.0
+# `make demo`: the main job end to end, told step by step.
+
+M=$GDRPEER/modules
+
+demo_chain() {
+	echo "# nvsim.ko stands in for nvidia.ko: it binds the ivshmem device (GPU BAR1)"
+	load $M/nvsim.ko || fail "nvsim"
+	dmesg | grep 'nvsim' | tail -n 2
+	echo "# gdrpeer.ko, linked against nvsim's symbol versions"
+	load $M/gdrpeer.ko || fail "gdrpeer"
+	dmesg | grep 'gdrpeer:' | tail -n 1
+	ls -l /dev/gdrpeer
+	echo "# user space asks the module for its versions"
+	gdrpeer info || fail "gdrpeer info"
+	echo "# unload in reverse order"
+	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	cat /proc/modules
+}
+
+run_plan() {
+	t demo-load-version-unload demo_chain
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * planted: deliberate kernel bugs, triggered one at a time through debugfs,
+ * so that the test rig can prove its kernel-log oracle catches each kind of
+ * report. Loaded only by the rig's last test; never part of the product.
+ *
+ *   echo kasan   > /sys/kernel/debug/planted/trigger   out-of-bounds read
+ *   echo lockdep > ...                                 AB-BA lock order
+ *   echo warning > ...                                 WARN()
+ *   echo leak    > ...                                 unreferenced kmalloc
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/debugfs.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+
+static DEFINE_MUTEX(planted_a);
+static DEFINE_MUTEX(planted_b);
+static struct dentry *planted_dir;
+static void *planted_leak;
+
+static noinline void planted_kasan(void)
+{
+	volatile char *p = kmalloc(16, GFP_KERNEL);
+
+	if (!p)
+		return;
+	pr_info("reading one byte past a 16-byte object\n");
+	(void)p[16];
+	kfree((void *)p);
+}
+
+static void planted_lockdep(void)
+{
+	/* Each order alone is fine; both orders are a deadlock waiting to happen. */
+	mutex_lock(&planted_a);
+	mutex_lock(&planted_b);
+	mutex_unlock(&planted_b);
+	mutex_unlock(&planted_a);
+
+	mutex_lock(&planted_b);
+	mutex_lock(&planted_a);
+	mutex_unlock(&planted_a);
+	mutex_unlock(&planted_b);
+}
+
+static ssize_t planted_write(struct file *file, const char __user *ubuf,
+			     size_t len, loff_t *ppos)
+{
+	char buf[16];
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	buf[len] = '\0';
+	strim(buf);
+
+	if (!strcmp(buf, "kasan")) {
+		planted_kasan();
+	} else if (!strcmp(buf, "lockdep")) {
+		planted_lockdep();
+	} else if (!strcmp(buf, "warning")) {
+		WARN(1, "planted warning\n");
+	} else if (!strcmp(buf, "leak")) {
+		planted_leak = kmalloc(4096, GFP_KERNEL);
+		memset(planted_leak, 0x5a, 4096);
+		planted_leak = NULL;	/* the only reference, gone */
+	} else {
+		return -EINVAL;
+	}
+	return len;
+}
+
+static const struct file_operations planted_fops = {
+	.owner = THIS_MODULE,
+	.write = planted_write,
+};
+
+static int __init planted_init(void)
+{
+	planted_dir = debugfs_create_dir("planted", NULL);
+	debugfs_create_file("trigger", 0200, planted_dir, NULL, &planted_fops);
+	return 0;
+}
+
+static void __exit planted_exit(void)
+{
+	debugfs_remove_recursive(planted_dir);
+}
+
+module_init(planted_init);
+module_exit(planted_exit);
+MODULE_DESCRIPTION("Deliberate bugs that prove the gdrpeer test rig's log oracle");
+MODULE_LICENSE("GPL");
