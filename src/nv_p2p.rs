@@ -12,6 +12,9 @@
     non_upper_case_globals,
     non_snake_case,
     missing_docs,
+    improper_ctypes, // `struct pci_dev` holds zero-sized fields; it only crosses by pointer.
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
     clippy::all,
     clippy::undocumented_unsafe_blocks
 )]

@@ -10,6 +10,8 @@ use kernel::{ioctl::_IOWR, transmute::{AsBytes, FromBytes}};
     non_camel_case_types,
     non_upper_case_globals,
     missing_docs,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
     clippy::all
 )]
 mod bindings {

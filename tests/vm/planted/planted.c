@@ -24,13 +24,14 @@ static void *planted_leak;
 
 static noinline void planted_kasan(void)
 {
-	volatile char *p = kmalloc(16, GFP_KERNEL);
+	char *p = kmalloc(16, GFP_KERNEL);
 
 	if (!p)
 		return;
 	pr_info("reading one byte past a 16-byte object\n");
-	(void)p[16];
-	kfree((void *)p);
+	/* READ_ONCE keeps the compiler from dropping the bad read. */
+	pr_info("byte 16 is %d\n", READ_ONCE(p[16]));
+	kfree(p);
 }
 
 static void planted_lockdep(void)
