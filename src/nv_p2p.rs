@@ -27,3 +27,130 @@ pub(crate) const PAGE_TABLE_VERSION: u32 = bindings::NVIDIA_P2P_PAGE_TABLE_VERSI
 
 /// DMA-mapping version of the header gdrpeer was built against.
 pub(crate) const DMA_MAPPING_VERSION: u32 = bindings::NVIDIA_P2P_DMA_MAPPING_VERSION;
+
+use core::ptr::NonNull;
+use kernel::{error::to_result, prelude::*};
+
+use crate::range::{GpuRange, GPU_PAGE_SIZE};
+
+/// Page-table majors gdrpeer understands: 1.x (drivers up to 570) and 2.x (580 on, with the
+/// trailing flags word). A minor above the one we know only appends fields.
+const PAGE_TABLE_MAJORS: [u32; 2] = [1, 2];
+/// The DMA-mapping major gdrpeer understands.
+const DMA_MAPPING_MAJOR: u32 = DMA_MAPPING_VERSION >> 16;
+
+/// Checks that a page table returned by NVIDIA is one gdrpeer can read.
+///
+/// Rejects unknown majors and any page size but 64 KiB, and checks that the table covers
+/// `range` exactly; says why in the kernel log.
+fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange) -> Result {
+    let major = pt.version >> 16;
+    if !PAGE_TABLE_MAJORS.contains(&major) {
+        pr_err!(
+            "nv-p2p page table version {:#010x} is not supported (majors 1 and 2 are)\n",
+            pt.version
+        );
+        return Err(ENOTSUPP);
+    }
+    if pt.page_size != bindings::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB {
+        pr_err!("nv-p2p page size {} is not 64 KiB\n", pt.page_size);
+        return Err(ENOTSUPP);
+    }
+    if u64::from(pt.entries) != range.pages() || pt.pages.is_null() {
+        pr_err!(
+            "nv-p2p page table has {} entries for {} pages\n",
+            pt.entries,
+            range.pages()
+        );
+        return Err(EIO);
+    }
+    Ok(())
+}
+
+/// Checks that a DMA mapping returned by NVIDIA is one gdrpeer can read.
+#[expect(dead_code, reason = "DMA mapping arrives with the core issue")]
+fn check_dma_mapping(map: &bindings::nvidia_p2p_dma_mapping) -> Result {
+    if map.version >> 16 != DMA_MAPPING_MAJOR
+        || map.version & 0xffff < DMA_MAPPING_VERSION & 0xffff
+    {
+        pr_err!(
+            "nv-p2p DMA mapping version {:#010x} is not compatible with {:#010x}\n",
+            map.version,
+            DMA_MAPPING_VERSION
+        );
+        return Err(ENOTSUPP);
+    }
+    Ok(())
+}
+
+/// A persistent pin of GPU memory: NVIDIA never calls back for it, and it is released by
+/// `nvidia_p2p_put_pages_persistent` when dropped, from any context.
+///
+/// # Invariants
+///
+/// `table` was returned by `nvidia_p2p_get_pages_persistent` for `range`, passed
+/// [`check_table`], and has not been released.
+#[cfg(nv_p2p_persistent)]
+pub(crate) struct PersistentPin {
+    range: GpuRange,
+    table: NonNull<bindings::nvidia_p2p_page_table>,
+}
+
+#[cfg(nv_p2p_persistent)]
+impl PersistentPin {
+    /// Pins `range` of the calling process's GPU memory.
+    #[expect(dead_code, reason = "the PIN ioctl arrives with the core issue")]
+    pub(crate) fn new(range: GpuRange) -> Result<Self> {
+        let mut table = core::ptr::null_mut();
+        // SAFETY: `range` is 64 KiB aligned (GpuRange invariant) and `table` is a valid place
+        // for NVIDIA to store the table pointer.
+        to_result(unsafe {
+            bindings::nvidia_p2p_get_pages_persistent(range.start(), range.len(), &mut table, 0)
+        })?;
+        let table = NonNull::new(table).ok_or(EIO)?;
+        // INVARIANT: the table came from get_pages_persistent for `range`; it is checked next,
+        // and released by `drop` if the check fails.
+        let pin = PersistentPin { range, table };
+        // SAFETY: NVIDIA returned a valid table that stays valid until we release it.
+        check_table(unsafe { pin.table.as_ref() }, &range)?;
+        Ok(pin)
+    }
+
+    /// The bus address of GPU page `index`, if the pin has that many pages.
+    #[expect(dead_code, reason = "GET_PAGES arrives with the core issue")]
+    pub(crate) fn page_address(&self, index: usize) -> Option<u64> {
+        // SAFETY: the table is valid until drop (type invariant).
+        let pt = unsafe { self.table.as_ref() };
+        if index >= pt.entries as usize {
+            return None;
+        }
+        // SAFETY: `pages` has `entries` valid pointers (checked by check_table).
+        Some(unsafe { (**pt.pages.add(index)).physical_address })
+    }
+}
+
+#[cfg(nv_p2p_persistent)]
+impl Drop for PersistentPin {
+    fn drop(&mut self) {
+        // SAFETY: the table is ours and not yet released (type invariant); it is not used after.
+        let ret = unsafe {
+            bindings::nvidia_p2p_put_pages_persistent(self.range.start(), self.table.as_ptr(), 0)
+        };
+        if ret != 0 {
+            pr_err!(
+                "put_pages_persistent({:#x}) failed: {}\n",
+                self.range.start(),
+                ret
+            );
+        }
+    }
+}
+
+// SAFETY: a persistent pin may be released from any context and thread.
+#[cfg(nv_p2p_persistent)]
+unsafe impl Send for PersistentPin {}
+// SAFETY: shared access only reads the table, which NVIDIA does not change while pinned.
+#[cfg(nv_p2p_persistent)]
+unsafe impl Sync for PersistentPin {}
+
+const _: () = assert!(GPU_PAGE_SIZE == 1 << 16);

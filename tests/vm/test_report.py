@@ -14,6 +14,8 @@ _loader.exec_module(report)
 
 CLEAN = """\
 [    0.000000] Linux version 7.2.12
+[    0.914465] DMA-API: preallocated 65536 debug entries
+[    0.914780] DMA-API: debugging enabled by kernel config
 [    5.100000] gdrpeer-test: begin t1
 [    5.200000] gdrpeer: gdrpeer ABI 1.0
 [    5.300000] gdrpeer-test: end t1
@@ -25,6 +27,7 @@ SAMPLES = {
     "warning": "WARNING: CPU: 1 PID: 80 at planted.c:70 planted_write+0x1/0x2",
     "kmemleak": "kmemleak: 1 new suspected memory leaks (see /sys/kernel/debug/kmemleak)",
     "hung-task": "INFO: task gdrpeer-test:77 blocked for more than 60 seconds.",
+    "dma-api": "nvsim 0000:00:04.0: DMA-API: device driver has pending DMA allocations while released from device [count=2]",
     "oops": "Oops: general protection fault, probably for non-canonical address",
 }
 

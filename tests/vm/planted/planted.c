@@ -14,13 +14,15 @@
 #include <linux/debugfs.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/string.h>
+
+#define PLANTED_LEAKS 4
 
 static DEFINE_MUTEX(planted_a);
 static DEFINE_MUTEX(planted_b);
 static struct dentry *planted_dir;
-static void *planted_leak;
 
 static noinline void planted_kasan(void)
 {
@@ -48,6 +50,25 @@ static void planted_lockdep(void)
 	mutex_unlock(&planted_b);
 }
 
+/*
+ * Four objects of 16 to 128 KiB. Small objects are often kept "referenced"
+ * by stale copies of their address, so kmemleak reliably reports only
+ * larger ones, and only on the second scan (the first records a checksum).
+ */
+static noinline void planted_leak(void)
+{
+	int i;
+
+	for (i = 0; i < PLANTED_LEAKS; i++) {
+		void *p = kmalloc(SZ_16K << i, GFP_KERNEL);
+
+		if (p)
+			memset(p, 0x5a, SZ_16K << i);
+		OPTIMIZER_HIDE_VAR(p);
+	}
+	pr_info("leaked %d objects of 16 KiB to 128 KiB\n", PLANTED_LEAKS);
+}
+
 static ssize_t planted_write(struct file *file, const char __user *ubuf,
 			     size_t len, loff_t *ppos)
 {
@@ -60,19 +81,16 @@ static ssize_t planted_write(struct file *file, const char __user *ubuf,
 	buf[len] = '\0';
 	strim(buf);
 
-	if (!strcmp(buf, "kasan")) {
+	if (!strcmp(buf, "kasan"))
 		planted_kasan();
-	} else if (!strcmp(buf, "lockdep")) {
+	else if (!strcmp(buf, "lockdep"))
 		planted_lockdep();
-	} else if (!strcmp(buf, "warning")) {
+	else if (!strcmp(buf, "warning"))
 		WARN(1, "planted warning\n");
-	} else if (!strcmp(buf, "leak")) {
-		planted_leak = kmalloc(4096, GFP_KERNEL);
-		memset(planted_leak, 0x5a, 4096);
-		planted_leak = NULL;	/* the only reference, gone */
-	} else {
+	else if (!strcmp(buf, "leak"))
+		planted_leak();
+	else
 		return -EINVAL;
-	}
 	return len;
 }
 

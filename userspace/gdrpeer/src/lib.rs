@@ -50,7 +50,9 @@ pub enum Error {
 fn open_hint(errno: Errno) -> &'static str {
     match errno {
         Errno::NOENT => " (is gdrpeer.ko loaded?)",
-        Errno::ACCESS | Errno::PERM => " (no permission: see the udev rule in Documentation/security.rst)",
+        Errno::ACCESS | Errno::PERM => {
+            " (no permission: see the udev rule in Documentation/security.rst)"
+        }
         _ => "",
     }
 }
@@ -164,8 +166,14 @@ mod tests {
     #[test]
     fn abi_compatibility_rule() {
         assert!(abi_compatible(uapi::ABI_VERSION));
-        assert!(abi_compatible(uapi::ABI_VERSION + 1), "a newer minor is compatible");
-        assert!(!abi_compatible(uapi::ABI_VERSION + (1 << 16)), "another major is not");
+        assert!(
+            abi_compatible(uapi::ABI_VERSION + 1),
+            "a newer minor is compatible"
+        );
+        assert!(
+            !abi_compatible(uapi::ABI_VERSION + (1 << 16)),
+            "another major is not"
+        );
         assert!(!abi_compatible((uapi::ABI_MAJOR - 1) << 16 | 0xffff));
     }
 }

@@ -40,14 +40,8 @@ fn insmod(args: &[String]) -> ExitCode {
     let params = CString::new(params.join(" ")).expect("no NUL in parameters");
     // SAFETY: finit_module reads the open fd and the NUL-terminated parameter string, both of
     // which outlive the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_finit_module,
-            file.as_raw_fd(),
-            params.as_ptr(),
-            0,
-        )
-    };
+    let ret =
+        unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), 0) };
     if ret == 0 {
         return ExitCode::SUCCESS;
     }

@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `nvsim-test`: one test per behaviour of the NVIDIA side that nvsim
+//! reproduces (Documentation/nvsim.rst). Runs in the test guest with nvsim.ko
+//! and p2pclient.ko loaded; prints `@@ RESULT PASS|FAIL name` per test.
+//!
+//! Every test ends by checking that nvsim's counters are back to zero.
+
+mod nvsim;
+
+use nvsim::{client, debugfs, pin, stat, status, Gpu, TestResult};
+use std::process::{Command, ExitCode};
+
+const K64: u64 = 1 << 16;
+const EINVAL: i32 = -22;
+const ENOMEM: i32 = -12;
+const EIO: i32 = -5;
+const EBUSY: i32 = -16;
+
+/// Runs one p2pclient command in another process (another tgid).
+fn in_other_process(cmd: &str) -> Result<String, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args(["--client", cmd])
+        .output()
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn expect_err(cmd: &str, errno: i32) -> TestResult {
+    match pin(cmd)? {
+        Err(e) => {
+            check_eq!(e, errno, cmd);
+            Ok(())
+        }
+        Ok(p) => Err(format!("{cmd}: pinned {p:?}, expected error {errno}")),
+    }
+}
+
+fn pin_ok(cmd: &str) -> Result<nvsim::Pin, String> {
+    pin(cmd)?.map_err(|e| format!("{cmd}: error {e}"))
+}
+
+fn alignment_of_va_and_len() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(4 * K64)?;
+    expect_err(&format!("get {} {}", va + 4096, K64), EINVAL)?;
+    expect_err(&format!("get {} {}", va, K64 + 1), EINVAL)?;
+    expect_err(&format!("get {} 0", va), EINVAL)?;
+    let p = pin_ok(&format!("get {} {}", va + K64, 2 * K64))?;
+    check_eq!(p.entries, 2, "entries");
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn null_callback_rejected() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    expect_err(&format!("get_nocb {va} {K64}"), EINVAL)
+}
+
+fn null_data_rejected() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    expect_err(&format!("get_nodata {va} {K64}"), EINVAL)
+}
+
+fn lookup_by_calling_process() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let other = in_other_process(&format!("get {va} {K64}"))?;
+    check_eq!(other, format!("err {EINVAL}"), "pin from another process");
+    expect_err(&format!("kget {va} {K64}"), EINVAL)?;
+    // The deprecated token path finds the memory from anywhere.
+    let q = gpu.query(va).map_err(|e| e.to_string())?;
+    let by_token = in_other_process(&format!("get {va} {K64} {} {}", q.p2p_token, q.va_space))?;
+    let p = nvsim::parse_pin(&by_token).ok_or(by_token.clone())?;
+    check!(p.is_ok(), "pin by token failed: {by_token}");
+    Ok(()) // closing the GPU fd frees the memory and calls back the token pin
+}
+
+fn range_inside_one_allocation() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (a, _) = gpu.alloc(2 * K64)?;
+    let (b, _) = gpu.alloc(2 * K64)?;
+    check_eq!(b, a + 2 * K64, "second allocation follows the first");
+    expect_err(&format!("get {} {}", a + K64, 2 * K64), EINVAL)?;
+    expect_err(&format!("get {} {}", a, 3 * K64), EINVAL)?;
+    expect_err(&format!("get {} {}", 0x1000_0000u64, K64), EINVAL)
+}
+
+fn bar1_accounting_and_exhaustion() -> TestResult {
+    let reserve = stat("bar1_reserve")?;
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(8 * K64)?;
+    // Room for exactly 4 pages beyond the reserve.
+    debugfs("bar1_size", &(reserve + 4 * K64).to_string())?;
+    let first = pin_ok(&format!("get {va} {}", 3 * K64))?;
+    check_eq!(stat("bar1_used")?, 3 * K64, "bar1_used after 3 pages");
+    // Overlapping pins share the mapped extents: only page 3 is new.
+    let second = pin_ok(&format!("get {} {}", va + K64, 3 * K64))?;
+    check_eq!(stat("bar1_used")?, 4 * K64, "bar1_used after overlap");
+    expect_err(&format!("get {} {}", va + 4 * K64, K64), ENOMEM)?;
+    // Already-mapped pages can still be pinned again when BAR1 is full.
+    let third = pin_ok(&format!("get {va} {K64}"))?;
+    for p in [&first, &second, &third] {
+        check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    }
+    check_eq!(stat("bar1_used")?, 0, "bar1_used after unpin");
+    let total = 256u64 << 20;
+    debugfs("bar1_size", &total.to_string())?;
+    Ok(())
+}
+
+fn injected_errors_are_returned() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    for errno in [ENOMEM, EIO, EBUSY] {
+        debugfs("fail_get_pages", &format!("1 {}", -errno))?;
+        expect_err(&format!("get {va} {K64}"), errno)?;
+    }
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    debugfs("fail_dma_map", "1 5")?;
+    check_eq!(
+        status(&format!("map {} gpu", p.handle))?,
+        EIO,
+        "injected dma_map failure"
+    );
+    check_eq!(stat("faults_injected")? >= 4, true, "faults counted");
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn pin_cost_is_spent() -> TestResult {
+    let path = "/sys/module/nvsim/parameters/pin_cost_us";
+    let old = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    std::fs::write(path, "50000").map_err(|e| e.to_string())?;
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let t = std::time::Instant::now();
+    let p = pin_ok(&format!("get {va} {K64}"));
+    let spent = t.elapsed();
+    std::fs::write(path, old.trim()).map_err(|e| e.to_string())?;
+    let p = p?;
+    check!(spent.as_micros() >= 50_000, "a 50 ms pin took {spent:?}");
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn put_from_wrong_process_releases_nothing() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    let before = stat("put_pages_wrong_process")?;
+    check_eq!(
+        in_other_process(&format!("put {}", p.handle))?,
+        "ok",
+        "foreign put returns 0"
+    );
+    check_eq!(stat("pins_live")?, 1, "pin still live");
+    check_eq!(stat("put_pages_wrong_process")?, before + 1, "counted");
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "owner's put");
+    check_eq!(stat("pins_live")?, 0, "released by the owner");
+    Ok(())
+}
+
+fn callback_runs_synchronously_in_freeing_thread() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(2 * K64)?;
+    let p = pin_ok(&format!("get {va} {}", 2 * K64))?;
+    check_eq!(status(&format!("map {} gpu", p.handle))?, 0, "map");
+    let fired = stat("callbacks_fired")?;
+    gpu.free(va).map_err(|e| format!("free: {e}"))?;
+    // By the time cuMemFree returns, the callback has run, in this thread.
+    let state = client(&format!("state {}", p.handle))?;
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    check_eq!(state, format!("revoked=1 cb_pid={tid}"), "state after free");
+    check_eq!(stat("callbacks_fired")?, fired + 1, "callbacks_fired");
+    // nvsim freed the table and its DMA mappings itself after the callback.
+    check_eq!(stat("pins_live")?, 0, "pins_live");
+    check_eq!(stat("dma_mappings_live")?, 0, "dma_mappings_live");
+    // A put of the dead table is only a key now: 0, nothing happens.
+    check_eq!(
+        status(&format!("put {}", p.handle))?,
+        0,
+        "put after callback"
+    );
+    Ok(())
+}
+
+fn closing_the_gpu_file_fires_callbacks() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    drop(gpu);
+    check_eq!(
+        client(&format!("state {}", p.handle))?.starts_with("revoked=1"),
+        true,
+        "revoked"
+    );
+    Ok(())
+}
+
+fn persistent_pin_survives_free() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    gpu.write(va, b"persistent")?;
+    let p = pin_ok(&format!("getp {va} {K64}"))?;
+    gpu.free(va).map_err(|e| format!("free: {e}"))?;
+    check_eq!(
+        client(&format!("state {}", p.handle))?,
+        "revoked=0 cb_pid=0",
+        "no callback"
+    );
+    check_eq!(stat("persistent_pins_live")?, 1, "still pinned");
+    check!(gpu.query(va).is_err(), "the VA is free again");
+    // Persistent put works from any process.
+    check_eq!(
+        in_other_process(&format!("putp {}", p.handle))?,
+        "ok",
+        "putp"
+    );
+    check_eq!(stat("persistent_pins_live")?, 0, "released");
+    Ok(())
+}
+
+fn dma_map_several_peers() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(2 * K64)?;
+    let p = pin_ok(&format!("get {va} {}", 2 * K64))?;
+    for peer in ["gpu", "edu"] {
+        let out = client(&format!("map {} {peer}", p.handle))?;
+        check!(out.starts_with("ok "), "map for {peer}: {out}");
+        check!(
+            out.contains("version=0x00020003 entries=2"),
+            "mapping for {peer}: {out}"
+        );
+        // No IOMMU in the guest: DMA addresses are the bus addresses.
+        let want: Vec<String> = p.pa.iter().map(|a| format!("{a:#x}")).collect();
+        check!(
+            out.ends_with(&format!("dma={}", want.join(","))),
+            "{peer} addresses: {out}"
+        );
+    }
+    check_eq!(stat("dma_mappings_live")?, 2, "two mappings");
+    check_eq!(
+        status(&format!("unmap {} 0 gpu", p.handle))?,
+        0,
+        "unmap gpu"
+    );
+    check_eq!(
+        status(&format!("unmap {} 1 edu", p.handle))?,
+        0,
+        "unmap edu"
+    );
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn pages_carry_bus_addresses_of_the_bar() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(3 * K64)?;
+    let p = pin_ok(&format!("get {va} {}", 3 * K64))?;
+    check_eq!(p.pa.len(), 3, "pages");
+    for pair in p.pa.windows(2) {
+        check!(
+            pair[1] != pair[0] + K64,
+            "pages are not laid out contiguously: {:x?}",
+            p.pa
+        );
+    }
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn page_table_version() -> TestResult {
+    let want = std::fs::read_to_string("/sys/module/nvsim/parameters/page_table_version")
+        .map_err(|e| e.to_string())?;
+    let want: u32 = want.trim().parse().map_err(|_| want.clone())?;
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    check_eq!(p.version, want, "page table version");
+    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
+    Ok(())
+}
+
+fn buffer_ids_are_never_reused() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, id) = gpu.alloc(K64)?;
+    gpu.set_sync_memops(va, 1).map_err(|e| e.to_string())?;
+    check_eq!(
+        gpu.query(va + 10).map_err(|e| e.to_string())?.sync_memops,
+        1,
+        "sync_memops"
+    );
+    gpu.free(va).map_err(|e| e.to_string())?;
+    let (va2, id2) = gpu.alloc(K64)?;
+    check_eq!(va2, va, "same address after free + alloc");
+    check!(id2 != id, "buffer id {id} reused");
+    check!(
+        gpu.query(va2).map_err(|e| e.to_string())?.sync_memops == 0,
+        "fresh flags"
+    );
+    Ok(())
+}
+
+fn memory_contents_through_mmap() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(2 * K64)?;
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    // Across the boundary between two GPU pages that are not adjacent in the BAR.
+    gpu.write(va + K64 - 1000, &data)?;
+    check_eq!(gpu.read(va + K64 - 1000, data.len())?, data, "read back");
+    Ok(())
+}
+
+fn free_fired_while_a_pin_is_in_progress() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    let id = gpu.query(va).map_err(|e| e.to_string())?.buffer_id;
+    debugfs("free_on_pin", &format!("{id} 0"))?;
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !client(&format!("state {}", p.handle))?.starts_with("revoked=1") {
+        check!(
+            std::time::Instant::now() < deadline,
+            "no callback within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    check!(gpu.query(va).is_err(), "the allocation is gone");
+    Ok(())
+}
+
+/// A named test.
+type Test = (&'static str, fn() -> TestResult);
+
+const TESTS: &[Test] = &[
+    ("nvsim-alignment-of-va-and-len", alignment_of_va_and_len),
+    ("nvsim-null-callback-rejected", null_callback_rejected),
+    ("nvsim-null-data-rejected", null_data_rejected),
+    ("nvsim-lookup-by-calling-process", lookup_by_calling_process),
+    (
+        "nvsim-range-inside-one-allocation",
+        range_inside_one_allocation,
+    ),
+    (
+        "nvsim-bar1-accounting-and-exhaustion",
+        bar1_accounting_and_exhaustion,
+    ),
+    (
+        "nvsim-injected-errors-are-returned",
+        injected_errors_are_returned,
+    ),
+    ("nvsim-pin-cost-is-spent", pin_cost_is_spent),
+    (
+        "nvsim-put-from-wrong-process-releases-nothing",
+        put_from_wrong_process_releases_nothing,
+    ),
+    (
+        "nvsim-callback-synchronous-in-freeing-thread",
+        callback_runs_synchronously_in_freeing_thread,
+    ),
+    (
+        "nvsim-closing-the-gpu-file-fires-callbacks",
+        closing_the_gpu_file_fires_callbacks,
+    ),
+    (
+        "nvsim-persistent-pin-survives-free",
+        persistent_pin_survives_free,
+    ),
+    ("nvsim-dma-map-several-peers", dma_map_several_peers),
+    (
+        "nvsim-pages-carry-bus-addresses-of-the-bar",
+        pages_carry_bus_addresses_of_the_bar,
+    ),
+    ("nvsim-page-table-version", page_table_version),
+    (
+        "nvsim-buffer-ids-are-never-reused",
+        buffer_ids_are_never_reused,
+    ),
+    (
+        "nvsim-memory-contents-through-mmap",
+        memory_contents_through_mmap,
+    ),
+    (
+        "nvsim-free-fired-while-a-pin-is-in-progress",
+        free_fired_while_a_pin_is_in_progress,
+    ),
+];
+
+/// A client that takes its own lock in the free callback and calls nvsim
+/// under the same lock: the AB-BA that deadlocks real drivers. Run only
+/// inside an expect-reports region: lockdep must report it.
+fn lockdep_inversion() -> TestResult {
+    let gpu = Gpu::open()?;
+    let (va, _) = gpu.alloc(K64)?;
+    pin_ok(&format!("get_locked {va} {K64}"))?;
+    gpu.free(va).map_err(|e| e.to_string())
+}
+
+/// Everything a test leaves behind must be gone.
+fn counters_back_to_zero() -> TestResult {
+    for c in [
+        "allocations_live",
+        "pins_live",
+        "persistent_pins_live",
+        "dma_mappings_live",
+        "bar1_used",
+        "client_errors",
+    ] {
+        check_eq!(stat(c)?, 0, c);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() == 2 && args[0] == "--client" {
+        println!("{}", client(&args[1]).unwrap_or_else(|e| e));
+        return ExitCode::SUCCESS;
+    }
+    if args.len() == 1 && args[0] == "--lockdep-inversion" {
+        return match lockdep_inversion() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("FAIL: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let filter = args.first().cloned().unwrap_or_default();
+    let mut failed = 0;
+    for (name, test) in TESTS.iter().filter(|(n, _)| n.contains(&filter)) {
+        println!("--- {name}");
+        // Kernel reports during the test are charged to it (tests/vm/report).
+        let _ = std::fs::write("/dev/kmsg", format!("gdrpeer-test: begin {name}"));
+        match test().and_then(|()| counters_back_to_zero()) {
+            Ok(()) => println!("@@ RESULT PASS {name}"),
+            Err(e) => {
+                failed += 1;
+                println!("FAIL: {e}");
+                println!("@@ RESULT FAIL {name} {e}");
+            }
+        }
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
