@@ -32,7 +32,7 @@ modules_install:
 	$(KMAKE) modules_install
 
 clippy:
-	$(KMAKE) CLIPPY=1 modules
+	$(KMAKE) CLIPPY=1 KRUSTFLAGS=-Dwarnings modules
 
 rust-analyzer:
 	$(KMAKE) rust-analyzer

@@ -30,7 +30,10 @@
 
 mod chardev;
 mod nv_p2p;
-#[allow(dead_code, reason = "the pin path is the core issue's; the math is tested now")]
+#[allow(
+    dead_code,
+    reason = "the pin path is the core issue's; the math is tested now"
+)]
 mod range;
 mod uapi;
 

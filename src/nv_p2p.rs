@@ -70,8 +70,7 @@ fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange) -> Result
 /// Checks that a DMA mapping returned by NVIDIA is one gdrpeer can read.
 #[expect(dead_code, reason = "DMA mapping arrives with the core issue")]
 fn check_dma_mapping(map: &bindings::nvidia_p2p_dma_mapping) -> Result {
-    if map.version >> 16 != DMA_MAPPING_MAJOR
-        || map.version & 0xffff < DMA_MAPPING_VERSION & 0xffff
+    if map.version >> 16 != DMA_MAPPING_MAJOR || map.version & 0xffff < DMA_MAPPING_VERSION & 0xffff
     {
         pr_err!(
             "nv-p2p DMA mapping version {:#010x} is not compatible with {:#010x}\n",

@@ -89,7 +89,10 @@ mod tests {
     #[test]
     fn aligned_request_is_unchanged() {
         let r = GpuRange::new(4 * K64, 2 * K64, MAX).unwrap();
-        assert_eq!((r.start(), r.len(), r.offset(), r.pages()), (4 * K64, 2 * K64, 0, 2));
+        assert_eq!(
+            (r.start(), r.len(), r.offset(), r.pages()),
+            (4 * K64, 2 * K64, 0, 2)
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! The user-space ABI of `/dev/gdrpeer`, generated from
 //! `include/uapi/gdrpeer.h` so that the C header and the module cannot drift.
 
-use kernel::{ioctl::_IOWR, transmute::{AsBytes, FromBytes}};
+use kernel::{
+    ioctl::_IOWR,
+    transmute::{AsBytes, FromBytes},
+};
 
 #[allow(
     dead_code,
@@ -12,7 +15,8 @@ use kernel::{ioctl::_IOWR, transmute::{AsBytes, FromBytes}};
     missing_docs,
     unreachable_pub,
     unsafe_op_in_unsafe_fn,
-    clippy::all
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
 )]
 mod bindings {
     include!("uapi_generated.rs");
