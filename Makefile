@@ -39,7 +39,7 @@ rust-analyzer:
 
 RUSTFMT ?= rustfmt
 RUSTFMT_CONFIG = $(firstword $(wildcard $(KDIR)/.rustfmt.toml $(KDIR)/source/.rustfmt.toml))
-RUST_SOURCES = $(wildcard src/*.rs tests/*/*.rs)
+RUST_SOURCES = $(filter-out %_generated.rs,$(wildcard src/*.rs tests/*/*.rs))
 
 fmt:
 	$(RUSTFMT) --edition 2021 --config-path $(RUSTFMT_CONFIG) $(RUST_SOURCES)

@@ -1,7 +1,7 @@
 gdrpeer.o: src/../include/uapi/gdrpeer.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/compiler-version.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/kconfig.h \
-  /root/.cache/gdrpeer/kernel/5d726384c3a3b6bd/include/generated/autoconf.h \
+  /root/.cache/gdrpeer/kernel/f174cea206c9f300/include/generated/autoconf.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/compiler_types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/compiler-context-analysis.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/compiler_attributes.h \
@@ -9,12 +9,12 @@ gdrpeer.o: src/../include/uapi/gdrpeer.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/arch/x86/include/asm/percpu_types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/asm-generic/percpu_types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/uapi/linux/ioctl.h \
-  /root/.cache/gdrpeer/kernel/5d726384c3a3b6bd/arch/x86/include/generated/uapi/asm/ioctl.h \
+  /root/.cache/gdrpeer/kernel/f174cea206c9f300/arch/x86/include/generated/uapi/asm/ioctl.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/asm-generic/ioctl.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/uapi/asm-generic/ioctl.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/linux/types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/uapi/linux/types.h \
-  /root/.cache/gdrpeer/kernel/5d726384c3a3b6bd/arch/x86/include/generated/uapi/asm/types.h \
+  /root/.cache/gdrpeer/kernel/f174cea206c9f300/arch/x86/include/generated/uapi/asm/types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/uapi/asm-generic/types.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/asm-generic/int-ll64.h \
   /root/.cache/gdrpeer/src/linux-source-7.2/include/uapi/asm-generic/int-ll64.h \

@@ -87,7 +87,7 @@ test_log_oracle_catches_planted_bugs() {
 		echo scan >/sys/kernel/debug/kmemleak
 		[ "$(grep -c '^unreferenced object' /sys/kernel/debug/kmemleak)" -ge 4 ] && break
 	done
-	cat /sys/kernel/debug/kmemleak >/dev/kmsg
+	to_kmsg </sys/kernel/debug/kmemleak
 	echo clear >/sys/kernel/debug/kmemleak
 	kmsg "end-expect"
 	rmmod planted

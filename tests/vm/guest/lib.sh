@@ -13,6 +13,9 @@ SKIP=77
 
 kmsg() { echo "gdrpeer-test: $*" >/dev/kmsg; }
 
+# Copies stdin to the kernel log line by line (one write per record).
+to_kmsg() { while IFS= read -r line; do echo "$line" >/dev/kmsg; done; }
+
 # t NAME FUNCTION [ARGS...]: run one test, bounded in time.
 t() {
 	name=$1; shift
@@ -85,6 +88,6 @@ run_all() {
 	# A report needs two scans (the first records each object's checksum).
 	echo scan >/sys/kernel/debug/kmemleak
 	echo scan >/sys/kernel/debug/kmemleak
-	cat /sys/kernel/debug/kmemleak >/dev/kmsg 2>/dev/null || true
+	to_kmsg </sys/kernel/debug/kmemleak
 	kmsg "end kmemleak-scan"
 }
