@@ -3,6 +3,13 @@
 
 M=$GDRPEER/modules
 
+# Loads each named module unless it is loaded already (tests can run alone).
+ensure_loaded() {
+	for m in "$@"; do
+		grep -q "^$m " /proc/modules || load $M/$m.ko || fail "cannot load $m.ko"
+	done
+}
+
 # --- The rig: module chain and symbol versions -----------------------------
 
 # A gdrpeer.ko linked against nvsim's symbol versions must be refused when the
@@ -26,17 +33,20 @@ test_modversions_accept_matching_exporter() {
 
 
 test_nvsim_binds_ivshmem() {
+	ensure_loaded nvsim
 	ls /sys/bus/pci/drivers/nvsim/ | grep -q '^0000:' ||
 		fail "nvsim did not bind the ivshmem device"
 }
 
 test_get_version() {
+	ensure_loaded nvsim gdrpeer
 	out=$(gdrpeer info) || fail "gdrpeer info failed: $out"
 	echo "$out"
 	echo "$out" | grep -q "module ABI: *1\.0 " || fail "unexpected ABI line"
 }
 
 test_rmmod_order() {
+	ensure_loaded nvsim gdrpeer
 	rmmod nvsim 2>/dev/null && fail "nvsim unloaded while gdrpeer uses its symbols"
 	rmmod gdrpeer || fail "rmmod gdrpeer"
 	rmmod nvsim || fail "rmmod nvsim"

@@ -6,9 +6,11 @@
 //!
 //! Every test ends by checking that nvsim's counters are back to zero.
 
-mod nvsim;
+mod cuda;
+mod harness;
 
-use nvsim::{client, debugfs, pin, stat, status, Gpu, TestResult};
+use harness::{client, debugfs, errno, pin, stat, status, TestResult};
+use nvsim::Gpu;
 use std::process::{Command, ExitCode};
 
 const K64: u64 = 1 << 16;
@@ -37,13 +39,13 @@ fn expect_err(cmd: &str, errno: i32) -> TestResult {
     }
 }
 
-fn pin_ok(cmd: &str) -> Result<nvsim::Pin, String> {
+fn pin_ok(cmd: &str) -> Result<harness::Pin, String> {
     pin(cmd)?.map_err(|e| format!("{cmd}: error {e}"))
 }
 
 fn alignment_of_va_and_len() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(4 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
     expect_err(&format!("get {} {}", va + 4096, K64), EINVAL)?;
     expect_err(&format!("get {} {}", va, K64 + 1), EINVAL)?;
     expect_err(&format!("get {} 0", va), EINVAL)?;
@@ -54,35 +56,35 @@ fn alignment_of_va_and_len() -> TestResult {
 }
 
 fn null_callback_rejected() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     expect_err(&format!("get_nocb {va} {K64}"), EINVAL)
 }
 
 fn null_data_rejected() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     expect_err(&format!("get_nodata {va} {K64}"), EINVAL)
 }
 
 fn lookup_by_calling_process() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let other = in_other_process(&format!("get {va} {K64}"))?;
     check_eq!(other, format!("err {EINVAL}"), "pin from another process");
     expect_err(&format!("kget {va} {K64}"), EINVAL)?;
     // The deprecated token path finds the memory from anywhere.
     let q = gpu.query(va).map_err(|e| e.to_string())?;
     let by_token = in_other_process(&format!("get {va} {K64} {} {}", q.p2p_token, q.va_space))?;
-    let p = nvsim::parse_pin(&by_token).ok_or(by_token.clone())?;
+    let p = harness::parse_pin(&by_token).ok_or(by_token.clone())?;
     check!(p.is_ok(), "pin by token failed: {by_token}");
     Ok(()) // closing the GPU fd frees the memory and calls back the token pin
 }
 
 fn range_inside_one_allocation() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (a, _) = gpu.alloc(2 * K64)?;
-    let (b, _) = gpu.alloc(2 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (a, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let (b, _) = gpu.alloc(2 * K64).map_err(errno)?;
     check_eq!(b, a + 2 * K64, "second allocation follows the first");
     expect_err(&format!("get {} {}", a + K64, 2 * K64), EINVAL)?;
     expect_err(&format!("get {} {}", a, 3 * K64), EINVAL)?;
@@ -91,8 +93,8 @@ fn range_inside_one_allocation() -> TestResult {
 
 fn bar1_accounting_and_exhaustion() -> TestResult {
     let reserve = stat("bar1_reserve")?;
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(8 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(8 * K64).map_err(errno)?;
     // Room for exactly 4 pages beyond the reserve.
     debugfs("bar1_size", &(reserve + 4 * K64).to_string())?;
     let first = pin_ok(&format!("get {va} {}", 3 * K64))?;
@@ -113,8 +115,8 @@ fn bar1_accounting_and_exhaustion() -> TestResult {
 }
 
 fn injected_errors_are_returned() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     for errno in [ENOMEM, EIO, EBUSY] {
         debugfs("fail_get_pages", &format!("1 {}", -errno))?;
         expect_err(&format!("get {va} {K64}"), errno)?;
@@ -135,8 +137,8 @@ fn pin_cost_is_spent() -> TestResult {
     let path = "/sys/module/nvsim/parameters/pin_cost_us";
     let old = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     std::fs::write(path, "50000").map_err(|e| e.to_string())?;
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let t = std::time::Instant::now();
     let p = pin_ok(&format!("get {va} {K64}"));
     let spent = t.elapsed();
@@ -148,8 +150,8 @@ fn pin_cost_is_spent() -> TestResult {
 }
 
 fn put_from_wrong_process_releases_nothing() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     let before = stat("put_pages_wrong_process")?;
     check_eq!(
@@ -165,8 +167,8 @@ fn put_from_wrong_process_releases_nothing() -> TestResult {
 }
 
 fn callback_runs_synchronously_in_freeing_thread() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(2 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {}", 2 * K64))?;
     check_eq!(status(&format!("map {} gpu", p.handle))?, 0, "map");
     let fired = stat("callbacks_fired")?;
@@ -189,8 +191,8 @@ fn callback_runs_synchronously_in_freeing_thread() -> TestResult {
 }
 
 fn closing_the_gpu_file_fires_callbacks() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     drop(gpu);
     check_eq!(
@@ -202,9 +204,9 @@ fn closing_the_gpu_file_fires_callbacks() -> TestResult {
 }
 
 fn persistent_pin_survives_free() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
-    gpu.write(va, b"persistent")?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    gpu.write(va, b"persistent").map_err(errno)?;
     let p = pin_ok(&format!("getp {va} {K64}"))?;
     gpu.free(va).map_err(|e| format!("free: {e}"))?;
     check_eq!(
@@ -225,8 +227,8 @@ fn persistent_pin_survives_free() -> TestResult {
 }
 
 fn dma_map_several_peers() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(2 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {}", 2 * K64))?;
     for peer in ["gpu", "edu"] {
         let out = client(&format!("map {} {peer}", p.handle))?;
@@ -258,8 +260,8 @@ fn dma_map_several_peers() -> TestResult {
 }
 
 fn pages_carry_bus_addresses_of_the_bar() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(3 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(3 * K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {}", 3 * K64))?;
     check_eq!(p.pa.len(), 3, "pages");
     for pair in p.pa.windows(2) {
@@ -277,8 +279,8 @@ fn page_table_version() -> TestResult {
     let want = std::fs::read_to_string("/sys/module/nvsim/parameters/page_table_version")
         .map_err(|e| e.to_string())?;
     let want: u32 = want.trim().parse().map_err(|_| want.clone())?;
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     check_eq!(p.version, want, "page table version");
     check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
@@ -286,8 +288,8 @@ fn page_table_version() -> TestResult {
 }
 
 fn buffer_ids_are_never_reused() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, id) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
     gpu.set_sync_memops(va, 1).map_err(|e| e.to_string())?;
     check_eq!(
         gpu.query(va + 10).map_err(|e| e.to_string())?.sync_memops,
@@ -295,7 +297,7 @@ fn buffer_ids_are_never_reused() -> TestResult {
         "sync_memops"
     );
     gpu.free(va).map_err(|e| e.to_string())?;
-    let (va2, id2) = gpu.alloc(K64)?;
+    let (va2, id2) = gpu.alloc(K64).map_err(errno)?;
     check_eq!(va2, va, "same address after free + alloc");
     check!(id2 != id, "buffer id {id} reused");
     check!(
@@ -306,18 +308,22 @@ fn buffer_ids_are_never_reused() -> TestResult {
 }
 
 fn memory_contents_through_mmap() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(2 * K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     // Across the boundary between two GPU pages that are not adjacent in the BAR.
-    gpu.write(va + K64 - 1000, &data)?;
-    check_eq!(gpu.read(va + K64 - 1000, data.len())?, data, "read back");
+    gpu.write(va + K64 - 1000, &data).map_err(errno)?;
+    check_eq!(
+        gpu.read(va + K64 - 1000, data.len()).map_err(errno)?,
+        data,
+        "read back"
+    );
     Ok(())
 }
 
 fn free_fired_while_a_pin_is_in_progress() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let id = gpu.query(va).map_err(|e| e.to_string())?.buffer_id;
     debugfs("free_on_pin", &format!("{id} 0"))?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
@@ -388,14 +394,18 @@ const TESTS: &[Test] = &[
         "nvsim-free-fired-while-a-pin-is-in-progress",
         free_fired_while_a_pin_is_in_progress,
     ),
+    ("libcuda-sim-init-and-device", cuda::init_and_device),
+    ("libcuda-sim-buffer-id-tag-check", cuda::buffer_id_tag_check),
+    ("libcuda-sim-memcpy-roundtrip", cuda::memcpy_roundtrip),
+    ("libcuda-sim-p2p-tokens-pin", cuda::p2p_tokens_pin),
 ];
 
 /// A client that takes its own lock in the free callback and calls nvsim
 /// under the same lock: the AB-BA that deadlocks real drivers. Run only
 /// inside an expect-reports region: lockdep must report it.
 fn lockdep_inversion() -> TestResult {
-    let gpu = Gpu::open()?;
-    let (va, _) = gpu.alloc(K64)?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
     pin_ok(&format!("get_locked {va} {K64}"))?;
     gpu.free(va).map_err(|e| e.to_string())
 }

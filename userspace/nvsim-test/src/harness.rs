@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! nvsim's debugfs and p2pclient's command file.
+
+use std::{collections::HashMap, io::Write, os::unix::fs::FileExt};
+
+pub type TestResult = Result<(), String>;
+
+/// An errno as a test failure.
+pub fn errno(e: rustix::io::Errno) -> String {
+    e.to_string()
+}
+
+/// p2pclient's command file: one command, one result.
+pub fn client(cmd: &str) -> Result<String, String> {
+    let path = "/sys/kernel/debug/p2pclient/cmd";
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    f.write_all(cmd.as_bytes())
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    let mut buf = vec![0u8; 4096];
+    let n = f.read_at(&mut buf, 0).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A pin made through p2pclient.
+#[derive(Debug)]
+pub struct Pin {
+    pub handle: u32,
+    pub version: u32,
+    pub entries: usize,
+    pub pa: Vec<u64>,
+}
+
+/// Runs a pin command: Ok(pin) or Err(errno as a negative number).
+pub fn pin(cmd: &str) -> Result<Result<Pin, i32>, String> {
+    let out = client(cmd)?;
+    parse_pin(&out).ok_or_else(|| format!("{cmd}: unexpected answer '{out}'"))
+}
+
+fn field<'a>(s: &'a str, key: &str) -> Option<&'a str> {
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+fn hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}
+
+pub fn parse_pin(out: &str) -> Option<Result<Pin, i32>> {
+    let mut words = out.split_whitespace();
+    match words.next()? {
+        "err" => Some(Err(words.next()?.parse().ok()?)),
+        "ok" => {
+            let handle = words.next()?.parse().ok()?;
+            let pa = field(out, "pa")?
+                .split(',')
+                .map(hex)
+                .collect::<Option<Vec<_>>>()?;
+            Some(Ok(Pin {
+                handle,
+                version: hex(field(out, "version")?)? as u32,
+                entries: field(out, "entries")?.parse().ok()?,
+                pa,
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// Result of a command that answers "ok ..." or "err E".
+pub fn status(cmd: &str) -> Result<i32, String> {
+    let out = client(cmd)?;
+    match out.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["ok", ..] => Ok(0),
+        ["err", e, ..] => e.parse().map_err(|_| format!("{cmd}: '{out}'")),
+        _ => Err(format!("{cmd}: unexpected answer '{out}'")),
+    }
+}
+
+/// nvsim's counters.
+pub fn stats() -> Result<HashMap<String, u64>, String> {
+    let s = std::fs::read_to_string("/sys/kernel/debug/nvsim/stats")
+        .map_err(|e| format!("nvsim stats: {e}"))?;
+    Ok(s.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            let v = if let Some(h) = v.strip_prefix("0x") {
+                u64::from_str_radix(h, 16).ok()?
+            } else {
+                v.parse().ok()?
+            };
+            Some((k.to_string(), v))
+        })
+        .collect())
+}
+
+pub fn stat(name: &str) -> Result<u64, String> {
+    stats()?
+        .get(name)
+        .copied()
+        .ok_or_else(|| format!("no counter {name}"))
+}
+
+pub fn debugfs(file: &str, value: &str) -> TestResult {
+    std::fs::write(format!("/sys/kernel/debug/nvsim/{file}"), value)
+        .map_err(|e| format!("nvsim/{file} <- {value}: {e}"))
+}
+
+/// Checks a condition, naming it when it fails.
+#[macro_export]
+macro_rules! check {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+/// Checks equality, showing both sides when they differ.
+#[macro_export]
+macro_rules! check_eq {
+    ($a:expr, $b:expr, $what:expr) => {{
+        let (a, b) = (&$a, &$b);
+        if a != b {
+            return Err(format!("{}: got {:?}, expected {:?}", $what, a, b));
+        }
+    }};
+}
