@@ -402,6 +402,7 @@ const TESTS: &[Test] = &[
         "nvsim-debugfs-free-now-and-later",
         debugfs_free_now_and_later,
     ),
+    ("nvsim-gpu-gone-is-enodev", gpu_gone_is_enodev),
     ("libcuda-sim-init-and-device", cuda::init_and_device),
     ("libcuda-sim-buffer-id-tag-check", cuda::buffer_id_tag_check),
     ("libcuda-sim-memcpy-roundtrip", cuda::memcpy_roundtrip),
@@ -458,6 +459,39 @@ fn debugfs_free_now_and_later() -> TestResult {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     check!(gpu.query(b).is_err(), "the allocation is gone");
+    Ok(())
+}
+
+/// Without a bound GPU every call answers -ENODEV; unbinding frees its memory
+/// (calling back pins) as the real driver does when the GPU goes away.
+fn gpu_gone_is_enodev() -> TestResult {
+    const DRIVER: &str = "/sys/bus/pci/drivers/nvsim";
+    let dev = std::fs::read_dir(DRIVER)
+        .map_err(|e| format!("{DRIVER}: {e}"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("0000:"))
+        .ok_or("no device bound to nvsim")?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let p = pin_ok(&format!("get {va} {K64}"))?;
+    std::fs::write(format!("{DRIVER}/unbind"), &dev).map_err(|e| format!("unbind: {e}"))?;
+    let gone = (
+        client(&format!("state {}", p.handle)),
+        pin(&format!("get {va} {K64}")),
+        gpu.alloc(K64),
+    );
+    std::fs::write(format!("{DRIVER}/bind"), &dev).map_err(|e| format!("bind: {e}"))?;
+    check!(
+        gone.0?.starts_with("revoked=1"),
+        "pin not called back when the GPU went away"
+    );
+    check_eq!(gone.1?.map(|p| p.handle), Err(-19), "pin without a GPU");
+    check_eq!(
+        gone.2.map_err(|e| e.raw_os_error()),
+        Err(19),
+        "alloc without a GPU"
+    );
     Ok(())
 }
 
