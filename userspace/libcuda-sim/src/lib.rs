@@ -410,10 +410,11 @@ fn error_text(r: CUresult) -> Option<(&'static CStr, &'static CStr)> {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuGetErrorString(r: CUresult, out: *mut *const c_char) -> CUresult {
+/// Stores the name (`pick` = 0) or the description (1) of `r` in `*out`.
+unsafe fn put_error_text(r: CUresult, out: *mut *const c_char, pick: usize) -> CUresult {
     match (error_text(r), out.is_null()) {
-        (Some((_, text)), false) => {
+        (Some(texts), false) => {
+            let text = if pick == 0 { texts.0 } else { texts.1 };
             // SAFETY: checked non-null; the caller passes a valid pointer.
             unsafe { *out = text.as_ptr() };
             CUDA_SUCCESS
@@ -423,13 +424,13 @@ pub unsafe extern "C" fn cuGetErrorString(r: CUresult, out: *mut *const c_char) 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(r: CUresult, out: *mut *const c_char) -> CUresult {
+    // SAFETY: forwarded caller contract.
+    unsafe { put_error_text(r, out, 1) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cuGetErrorName(r: CUresult, out: *mut *const c_char) -> CUresult {
-    match (error_text(r), out.is_null()) {
-        (Some((name, _)), false) => {
-            // SAFETY: checked non-null; the caller passes a valid pointer.
-            unsafe { *out = name.as_ptr() };
-            CUDA_SUCCESS
-        }
-        _ => CUDA_ERROR_INVALID_VALUE,
-    }
+    // SAFETY: forwarded caller contract.
+    unsafe { put_error_text(r, out, 0) }
 }

@@ -29,6 +29,19 @@ fn in_other_process(cmd: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Waits until p2pclient's pin `handle` has been called back.
+fn wait_revoked(handle: u32, secs: u64) -> TestResult {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !client(&format!("state {handle}"))?.starts_with("revoked=1") {
+        check!(
+            std::time::Instant::now() < deadline,
+            "no callback within {secs} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(())
+}
+
 fn expect_err(cmd: &str, errno: i32) -> TestResult {
     match pin(cmd)? {
         Err(e) => {
@@ -327,14 +340,7 @@ fn free_fired_while_a_pin_is_in_progress() -> TestResult {
     let id = gpu.query(va).map_err(|e| e.to_string())?.buffer_id;
     debugfs("free_on_pin", &format!("{id} 0"))?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !client(&format!("state {}", p.handle))?.starts_with("revoked=1") {
-        check!(
-            std::time::Instant::now() < deadline,
-            "no callback within 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_revoked(p.handle, 10)?;
     check!(gpu.query(va).is_err(), "the allocation is gone");
     Ok(())
 }
@@ -450,14 +456,7 @@ fn debugfs_free_now_and_later() -> TestResult {
         client(&format!("state {}", pb.handle))?.starts_with("revoked=0"),
         "a free armed for 5 s fired at once"
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !client(&format!("state {}", pb.handle))?.starts_with("revoked=1") {
-        check!(
-            std::time::Instant::now() < deadline,
-            "no callback 30 s after arming 5 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_revoked(pb.handle, 30)?;
     check!(gpu.query(b).is_err(), "the allocation is gone");
     Ok(())
 }
