@@ -54,6 +54,13 @@ class ScanTest(unittest.TestCase):
         log += SAMPLES["kasan"] + "\n" + SAMPLES["warning"] + "\ngdrpeer-test: end-expect\n"
         self.assertEqual(report.scan(lines(log)), ([], []))
 
+    def test_an_unplanted_kind_inside_a_region_still_fails(self):
+        log = "gdrpeer-test: expect-reports lockdep\n" + SAMPLES["lockdep"] + "\n"
+        log += SAMPLES["kasan"] + "\ngdrpeer-test: end-expect\n"
+        unexpected, missing = report.scan(lines(log))
+        self.assertEqual([u[1] for u in unexpected], ["kasan"])
+        self.assertEqual(missing, [])
+
     def test_a_planted_report_that_never_came_fails(self):
         log = "gdrpeer-test: expect-reports kasan lockdep\n" + SAMPLES["kasan"]
         log += "\ngdrpeer-test: end-expect\n"
