@@ -232,6 +232,14 @@ static struct nvsim_alloc *nvsim_find_by_id(u64 buffer_id)
 	return NULL;
 }
 
+/* The calling process's allocation whose requested size covers @va, or NULL. */
+static struct nvsim_alloc *nvsim_caller_alloc(u64 va)
+{
+	struct nvsim_alloc *a = nvsim_find(nvsim_space_by_tgid(current->tgid), va, 1);
+
+	return a && va < a->va + a->size ? a : NULL;
+}
+
 static dma_addr_t nvsim_page_bus(u32 bar_page)
 {
 	return gpu.bar_bus + ((dma_addr_t)bar_page << GPU_PAGE_SHIFT);
@@ -807,7 +815,7 @@ static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 	if (get_user(va, uarg))
 		return -EFAULT;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_find(nvsim_space_by_tgid(current->tgid), va, 1);
+	a = nvsim_caller_alloc(va);
 	if (a && a->va == va && a->owner == f) {
 		nvsim_free_alloc(a);
 		ret = 0;
@@ -825,8 +833,8 @@ static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 	if (copy_from_user(&q, uarg, sizeof(q)))
 		return -EFAULT;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_find(nvsim_space_by_tgid(current->tgid), q.va, 1);
-	if (a && q.va < a->va + a->size) {
+	a = nvsim_caller_alloc(q.va);
+	if (a) {
 		q.base = a->va;
 		q.size = a->size;
 		q.buffer_id = a->buffer_id;
@@ -852,8 +860,8 @@ static int nvsim_ioctl_sync_memops(struct nvsim_sync_memops_args __user *uarg)
 	if (req.value > 1 || req.pad)
 		return -EINVAL;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_find(nvsim_space_by_tgid(current->tgid), req.va, 1);
-	if (a && req.va < a->va + a->size) {
+	a = nvsim_caller_alloc(req.va);
+	if (a) {
 		a->sync_memops = req.value;
 		ret = 0;
 	}

@@ -87,7 +87,7 @@ fn lookup_by_calling_process() -> TestResult {
     check_eq!(other, format!("err {EINVAL}"), "pin from another process");
     expect_err(&format!("kget {va} {K64}"), EINVAL)?;
     // The deprecated token path finds the memory from anywhere.
-    let q = gpu.query(va).map_err(|e| e.to_string())?;
+    let q = gpu.query(va).map_err(errno)?;
     let by_token = in_other_process(&format!("get {va} {K64} {} {}", q.p2p_token, q.va_space))?;
     let p = harness::parse_pin(&by_token).ok_or(by_token.clone())?;
     check!(p.is_ok(), "pin by token failed: {by_token}");
@@ -303,18 +303,18 @@ fn page_table_version() -> TestResult {
 fn buffer_ids_are_never_reused() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, id) = gpu.alloc(K64).map_err(errno)?;
-    gpu.set_sync_memops(va, 1).map_err(|e| e.to_string())?;
+    gpu.set_sync_memops(va, 1).map_err(errno)?;
     check_eq!(
-        gpu.query(va + 10).map_err(|e| e.to_string())?.sync_memops,
+        gpu.query(va + 10).map_err(errno)?.sync_memops,
         1,
         "sync_memops"
     );
-    gpu.free(va).map_err(|e| e.to_string())?;
+    gpu.free(va).map_err(errno)?;
     let (va2, id2) = gpu.alloc(K64).map_err(errno)?;
     check_eq!(va2, va, "same address after free + alloc");
     check!(id2 != id, "buffer id {id} reused");
     check!(
-        gpu.query(va2).map_err(|e| e.to_string())?.sync_memops == 0,
+        gpu.query(va2).map_err(errno)?.sync_memops == 0,
         "fresh flags"
     );
     Ok(())
@@ -337,7 +337,7 @@ fn memory_contents_through_mmap() -> TestResult {
 fn free_fired_while_a_pin_is_in_progress() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
-    let id = gpu.query(va).map_err(|e| e.to_string())?.buffer_id;
+    let id = gpu.query(va).map_err(errno)?.buffer_id;
     debugfs("free_on_pin", &format!("{id} 0"))?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     wait_revoked(p.handle, 10)?;
@@ -501,7 +501,7 @@ fn lockdep_inversion() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     pin_ok(&format!("get_locked {va} {K64}"))?;
-    gpu.free(va).map_err(|e| e.to_string())
+    gpu.free(va).map_err(errno)
 }
 
 /// Everything a test leaves behind must be gone.
