@@ -1,51 +1,314 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `/dev/gdrpeer`: one [`GdrpeerFile`] per open file, ioctls dispatched here.
+//!
+//! Each open file is a registration-cache [`Context`] of the opening process. Every ioctl but
+//! GET_VERSION must come from that process: another one (a child after fork, or a receiver of
+//! the file over a socket) gets -EACCES, because NVIDIA knows the memory only by the tgid that
+//! pinned it.
 
 use kernel::{
+    debugfs,
     fs::File,
     ioctl::_IOC_SIZE,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     prelude::*,
-    uaccess::{UserPtr, UserSlice},
+    str::CString,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+    transmute::AsBytes,
+    uaccess::{UserPtr, UserSlice, UserSliceReader},
 };
 
-use crate::{nv_p2p, uapi};
+use crate::{
+    cache::{self, Context, GLOBAL},
+    nv_p2p::{self, PinKind},
+    policy,
+    range::{GpuRange, GPU_PAGE_SIZE},
+    sys, uapi, GdrpeerModule,
+};
 
 /// Registers `/dev/gdrpeer`.
 pub(crate) fn register() -> impl PinInit<MiscDeviceRegistration<GdrpeerFile>, Error> {
     MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrpeer" })
 }
 
+/// Numbers the per-file debugfs directories.
+static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
+
 /// The state of one open file of `/dev/gdrpeer`.
-pub(crate) struct GdrpeerFile;
+pub(crate) struct GdrpeerFile {
+    ctx: Arc<Context>,
+    /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs; removed before the context closes.
+    _debugfs: Option<KBox<debugfs::Dir>>,
+    _files: KVec<Pin<KBox<debugfs::File<Arc<Context>>>>>,
+}
+
+impl GdrpeerFile {
+    fn new(module: &'static GdrpeerModule) -> Result<Self> {
+        let ctx = Context::new(&module.env)?;
+        let mut me = GdrpeerFile {
+            ctx,
+            _debugfs: None,
+            _files: KVec::new(),
+        };
+        // debugfs is a debugging aid: a file without it still works.
+        let _ = me.add_debugfs(module);
+        Ok(me)
+    }
+
+    fn add_debugfs(&mut self, module: &'static GdrpeerModule) -> Result {
+        let id = NEXT_FILE_ID.fetch_add(1, Relaxed);
+        let name = CString::try_from_fmt(fmt!("{}-{}", self.ctx.owner_tgid(), id))?;
+        let dir = KBox::new(module.files_dir.subdir(&name), GFP_KERNEL)?;
+        let stats = dir.read_callback_file(c"stats", self.ctx.clone(), &|c: &Arc<Context>, f| {
+            c.show_stats(f)
+        });
+        self._files
+            .push(KBox::pin_init(stats, GFP_KERNEL)?, GFP_KERNEL)?;
+        let regions =
+            dir.read_callback_file(c"regions", self.ctx.clone(), &|c: &Arc<Context>, f| {
+                c.show_regions(f)
+            });
+        self._files
+            .push(KBox::pin_init(regions, GFP_KERNEL)?, GFP_KERNEL)?;
+        self._debugfs = Some(dir);
+        Ok(())
+    }
+}
 
 #[vtable]
 impl MiscDevice for GdrpeerFile {
     type Ptr = KBox<Self>;
 
-    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
-        Ok(KBox::new(GdrpeerFile, GFP_KERNEL)?)
+    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+        let misc: *const MiscDeviceRegistration<Self> = misc;
+        // SAFETY: the only registration of `GdrpeerFile` is the `chardev` field of the module's
+        // data, which lives (pinned) until the module is unloaded; an open file holds a module
+        // reference, so the `'static` borrow does not outlive it.
+        let module = unsafe { &*kernel::container_of!(misc, GdrpeerModule, chardev) };
+        Ok(KBox::new(GdrpeerFile::new(module)?, GFP_KERNEL)?)
     }
 
-    fn ioctl(_me: &GdrpeerFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
-        let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
-        match cmd {
-            uapi::IOCTL_GET_VERSION => get_version(user),
-            _ => Err(ENOTTY),
-        }
+    fn release(me: KBox<Self>, _file: &File) {
+        let ctx = me.ctx.clone();
+        // The debugfs files go first: they hold the context too.
+        drop(me);
+        ctx.close();
     }
+
+    fn ioctl(me: &GdrpeerFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
+        if cmd == uapi::IOCTL_GET_VERSION {
+            return get_version(user);
+        }
+        let known = [
+            uapi::IOCTL_PIN,
+            uapi::IOCTL_UNPIN,
+            uapi::IOCTL_GET_INFO,
+            uapi::IOCTL_GET_PAGES,
+            uapi::IOCTL_DMA_MAP,
+            uapi::IOCTL_STATS,
+        ];
+        if !known.contains(&cmd) {
+            return Err(ENOTTY);
+        }
+        if !me.ctx.is_owner() {
+            return Err(EACCES);
+        }
+        let ctx = &me.ctx;
+        let ret = match cmd {
+            uapi::IOCTL_PIN => pin(ctx, user),
+            uapi::IOCTL_UNPIN => unpin(ctx, user),
+            uapi::IOCTL_GET_INFO => info(ctx, user),
+            uapi::IOCTL_GET_PAGES => get_pages(ctx, user),
+            uapi::IOCTL_DMA_MAP => dma_map(ctx, user),
+            _ => stats(ctx, user),
+        };
+        // The kernel-internal -ENOTSUPP must not reach user space.
+        ret.map(|()| 0)
+            .map_err(|e| if e == ENOTSUPP { sys::eopnotsupp() } else { e })
+    }
+}
+
+/// The cache limits from the module parameters.
+fn limits() -> policy::Limits {
+    policy::Limits {
+        ctx_bytes: crate::param_cache_max_bytes(),
+        ctx_regions: crate::param_cache_max_regions(),
+        global_bytes: crate::param_global_max_bytes(),
+    }
+}
+
+/// Reads an argument struct and checks its size field (the first `u32` of every one).
+fn read_arg<T: kernel::transmute::FromBytes>(
+    reader: &mut UserSliceReader,
+    size: impl Fn(&T) -> u32,
+) -> Result<T> {
+    let arg: T = reader.read()?;
+    if size(&arg) as usize != core::mem::size_of::<T>() {
+        return Err(EINVAL);
+    }
+    Ok(arg)
 }
 
 fn get_version(user: UserSlice) -> Result<isize> {
     let (mut reader, mut writer) = user.reader_writer();
-    let mut v: uapi::Version = reader.read()?;
-    if v.size as usize != core::mem::size_of::<uapi::Version>() {
-        return Err(EINVAL);
-    }
+    let mut v: uapi::Version = read_arg(&mut reader, |v: &uapi::Version| v.size)?;
     v.abi_version = uapi::ABI_VERSION;
     v.nv_page_table_version = nv_p2p::PAGE_TABLE_VERSION;
     v.nv_dma_mapping_version = nv_p2p::DMA_MAPPING_VERSION;
     writer.write(&v)?;
     Ok(0)
+}
+
+fn page_count(range: &GpuRange) -> u32 {
+    // max_pin_bytes keeps this far below u32::MAX pages.
+    (range.len() / GPU_PAGE_SIZE) as u32
+}
+
+fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let mut p: uapi::Pin = read_arg(&mut reader, |p: &uapi::Pin| p.size)?;
+    if p.flags & !uapi::PIN_FLAGS != 0 {
+        return Err(EINVAL);
+    }
+    let kind = if p.flags & uapi::PIN_PERSISTENT != 0 {
+        if !nv_p2p::PERSISTENT_SUPPORTED {
+            return Err(sys::eopnotsupp());
+        }
+        PinKind::Persistent
+    } else {
+        PinKind::Callback
+    };
+    let range = GpuRange::new(p.va, p.len, crate::param_max_pin_bytes())?;
+    let limits = limits();
+    let info = ctx.pin(range, kind, &limits)?;
+    p.handle = info.handle;
+    p.aligned_va = info.window.start();
+    p.offset = info.window.offset();
+    p.page_count = page_count(&info.window);
+    p.page_size = GPU_PAGE_SIZE as u32;
+    writer.write(&p).inspect_err(|_| {
+        // The caller cannot learn the handle: do not keep it.
+        let _ = ctx.unpin(info.handle, &limits);
+    })
+}
+
+fn unpin(ctx: &Context, user: UserSlice) -> Result {
+    let u: uapi::Unpin = read_arg(&mut user.reader(), |u: &uapi::Unpin| u.size)?;
+    if u.pad != 0 {
+        return Err(EINVAL);
+    }
+    ctx.unpin(u.handle, &limits())
+}
+
+fn info(ctx: &Context, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let i: uapi::Info = read_arg(&mut reader, |i: &uapi::Info| i.size)?;
+    let h = ctx.info(i.handle)?;
+    let out = uapi::Info {
+        size: i.size,
+        state: if h.revoked {
+            uapi::STATE_REVOKED
+        } else {
+            uapi::STATE_VALID
+        },
+        handle: i.handle,
+        aligned_va: h.window.start(),
+        offset: h.window.offset(),
+        page_count: page_count(&h.window),
+        page_size: GPU_PAGE_SIZE as u32,
+        region_va: h.region.start(),
+        region_len: h.region.len(),
+        flags: match h.kind {
+            PinKind::Callback => 0,
+            PinKind::Persistent => uapi::PIN_PERSISTENT,
+        },
+        pad: 0,
+    };
+    writer.write(&out)
+}
+
+/// Copies the addresses of a handle's pages (bus addresses, or `peer`'s DMA addresses) to the
+/// user array at `addrs`, which has room for `count`; returns how many were written.
+fn copy_pages(
+    ctx: &Context,
+    handle: u64,
+    peer: Option<&kernel::pci::Device>,
+    addrs: u64,
+    count: u32,
+) -> Result<u32> {
+    let out = ctx.with_handle(handle, |region, window| {
+        let n = page_count(window);
+        if count < n {
+            return Err(ENOSPC);
+        }
+        let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        let first = policy::first_page(region.pinned().range(), window);
+        region.pinned().copy_addresses(peer, first, &mut out)?;
+        Ok(out)
+    })?;
+    let bytes = AsBytes::as_bytes(&*out);
+    UserSlice::new(UserPtr::from_addr(addrs as usize), bytes.len())
+        .writer()
+        .write_slice(bytes)?;
+    Ok(out.len() as u32)
+}
+
+fn get_pages(ctx: &Context, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let mut g: uapi::GetPages = read_arg(&mut reader, |g: &uapi::GetPages| g.size)?;
+    if !sys::capable_sys_rawio() {
+        return Err(EPERM);
+    }
+    g.count = copy_pages(ctx, g.handle, None, g.addrs, g.count)?;
+    writer.write(&g)
+}
+
+fn dma_map(ctx: &Context, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let mut d: uapi::DmaMap = read_arg(&mut reader, |d: &uapi::DmaMap| d.size)?;
+    if d.pad != 0 {
+        return Err(EINVAL);
+    }
+    if !sys::capable_sys_rawio() {
+        return Err(EPERM);
+    }
+    let peer = sys::pci_device(d.pci_domain, d.pci_bus, d.pci_devfn).ok_or(ENODEV)?;
+    ctx.with_handle(d.handle, |region, _| region.pinned().dma_map(&peer))?;
+    d.count = copy_pages(ctx, d.handle, Some(&peer), d.addrs, d.count)?;
+    writer.write(&d)
+}
+
+fn cache_stats(s: &cache::Stats) -> uapi::CacheStats {
+    uapi::CacheStats {
+        regions: s.regions,
+        pinned_bytes: s.pinned_bytes,
+        hits: s.hits,
+        misses: s.misses,
+        evictions_limit: s.evictions_limit,
+        evictions_enomem: s.evictions_enomem,
+        callbacks: s.callbacks,
+        deferred: s.deferred,
+    }
+}
+
+fn stats(ctx: &Context, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let s: uapi::Stats = read_arg(&mut reader, |s: &uapi::Stats| s.size)?;
+    if s.pad != 0 {
+        return Err(EINVAL);
+    }
+    let mine = ctx.stats();
+    let out = uapi::Stats {
+        size: s.size,
+        pad: 0,
+        handles: mine.handles,
+        file: cache_stats(&mine),
+        global: cache_stats(&GLOBAL.snapshot()),
+    };
+    writer.write(&out)
 }

@@ -28,16 +28,15 @@
 //! }
 //! ```
 
+mod cache;
 mod chardev;
 mod nv_p2p;
-#[allow(
-    dead_code,
-    reason = "the pin path is the core issue's; the math is tested now"
-)]
+mod policy;
 mod range;
+mod sys;
 mod uapi;
 
-use kernel::{miscdevice::MiscDeviceRegistration, prelude::*};
+use kernel::{debugfs, miscdevice::MiscDeviceRegistration, prelude::*};
 
 module! {
     type: GdrpeerModule,
@@ -45,16 +44,58 @@ module! {
     authors: ["The gdrpeer developers"],
     description: "GPUDirect RDMA peer memory for PCIe devices",
     license: "GPL",
+    params: {
+        max_pin_bytes: u64 {
+            default: 1 << 38,
+            description: "Largest pin request in bytes (longer ones fail with EINVAL)",
+        },
+        cache_max_bytes: u64 {
+            default: 0,
+            description: "Pinned bytes per context above which unused regions are unpinned (0: no limit)",
+        },
+        cache_max_regions: u64 {
+            default: 1024,
+            description: "Pinned regions per context above which unused regions are unpinned (0: no limit)",
+        },
+        global_max_bytes: u64 {
+            default: 0,
+            description: "Pinned bytes over all contexts above which unused regions are unpinned (0: no limit)",
+        },
+    },
 }
 
+fn param_max_pin_bytes() -> u64 {
+    *module_parameters::max_pin_bytes.value()
+}
+
+fn param_cache_max_bytes() -> u64 {
+    *module_parameters::cache_max_bytes.value()
+}
+
+fn param_cache_max_regions() -> u64 {
+    *module_parameters::cache_max_regions.value()
+}
+
+fn param_global_max_bytes() -> u64 {
+    *module_parameters::global_max_bytes.value()
+}
+
+/// The module's data. Fields drop in order: the device goes first (no new files), the
+/// callback workqueue last (drained, so no work of ours runs after unload).
 #[pin_data]
 struct GdrpeerModule {
     #[pin]
-    _chardev: MiscDeviceRegistration<chardev::GdrpeerFile>,
+    chardev: MiscDeviceRegistration<chardev::GdrpeerFile>,
+    #[pin]
+    _global_stats: debugfs::File<()>,
+    /// `gdrpeer/files`: one directory per open file.
+    files_dir: debugfs::Dir,
+    _debugfs: debugfs::Dir,
+    env: cache::Env,
 }
 
 impl kernel::InPlaceModule for GdrpeerModule {
-    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         pr_info!(
             "gdrpeer ABI {}.{}, nv-p2p page table {:#010x}, DMA mapping {:#010x}\n",
             uapi::ABI_VERSION >> 16,
@@ -62,8 +103,18 @@ impl kernel::InPlaceModule for GdrpeerModule {
             nv_p2p::PAGE_TABLE_VERSION,
             nv_p2p::DMA_MAPPING_VERSION,
         );
+        let root = debugfs::Dir::new(c"gdrpeer");
         try_pin_init!(Self {
-            _chardev <- chardev::register(),
+            env: cache::Env {
+                queue: sys::OwnedQueue::new(c"gdrpeer")?,
+                module,
+            },
+            files_dir: root.subdir(c"files"),
+            _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
+                cache::GLOBAL.show(f)
+            }),
+            _debugfs: root,
+            chardev <- chardev::register(),
         })
     }
 }

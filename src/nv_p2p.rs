@@ -29,15 +29,31 @@ pub(crate) const PAGE_TABLE_VERSION: u32 = bindings::NVIDIA_P2P_PAGE_TABLE_VERSI
 pub(crate) const DMA_MAPPING_VERSION: u32 = bindings::NVIDIA_P2P_DMA_MAPPING_VERSION;
 
 use core::ptr::NonNull;
-use kernel::{error::to_result, prelude::*};
+use kernel::{
+    error::to_result,
+    ffi::c_void,
+    new_spinlock, pci,
+    prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::{aref::ARef, Arc, SpinLock},
+    task::Task,
+    time::{delay::fsleep, Delta, Instant, Monotonic},
+    types::Opaque,
+};
 
-use crate::range::{GpuRange, GPU_PAGE_SIZE};
+use crate::{
+    range::{GpuRange, GPU_PAGE_SIZE},
+    sys::{self, ModuleRef},
+};
 
 /// Page-table majors gdrpeer understands: 1.x (drivers up to 570) and 2.x (580 on, with the
 /// trailing flags word). A minor above the one we know only appends fields.
 const PAGE_TABLE_MAJORS: [u32; 2] = [1, 2];
 /// The DMA-mapping major gdrpeer understands.
 const DMA_MAPPING_MAJOR: u32 = DMA_MAPPING_VERSION >> 16;
+
+/// Whether the driver header offers persistent pins (`nvidia_p2p_get_pages_persistent`).
+pub(crate) const PERSISTENT_SUPPORTED: bool = cfg!(nv_p2p_persistent);
 
 /// Checks that a page table returned by NVIDIA is one gdrpeer can read.
 ///
@@ -68,8 +84,7 @@ fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange) -> Result
 }
 
 /// Checks that a DMA mapping returned by NVIDIA is one gdrpeer can read.
-#[expect(dead_code, reason = "DMA mapping arrives with the core issue")]
-fn check_dma_mapping(map: &bindings::nvidia_p2p_dma_mapping) -> Result {
+fn check_dma_mapping(map: &bindings::nvidia_p2p_dma_mapping, range: &GpuRange) -> Result {
     if map.version >> 16 != DMA_MAPPING_MAJOR || map.version & 0xffff < DMA_MAPPING_VERSION & 0xffff
     {
         pr_err!(
@@ -79,77 +94,537 @@ fn check_dma_mapping(map: &bindings::nvidia_p2p_dma_mapping) -> Result {
         );
         return Err(ENOTSUPP);
     }
+    if map.page_size_type != bindings::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB {
+        pr_err!(
+            "nv-p2p DMA mapping page size {} is not 64 KiB\n",
+            map.page_size_type
+        );
+        return Err(ENOTSUPP);
+    }
+    if u64::from(map.entries) != range.pages() || map.dma_addresses.is_null() {
+        pr_err!(
+            "nv-p2p DMA mapping has {} entries for {} pages\n",
+            map.entries,
+            range.pages()
+        );
+        return Err(EIO);
+    }
     Ok(())
 }
 
-/// A persistent pin of GPU memory: NVIDIA never calls back for it, and it is released by
-/// `nvidia_p2p_put_pages_persistent` when dropped, from any context.
+/// How a range is pinned: with a free callback, or persistently (never called back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PinKind {
+    /// `nvidia_p2p_get_pages`: NVIDIA may revoke it through the free callback.
+    Callback,
+    /// `nvidia_p2p_get_pages_persistent`: valid until we put it, even after cuMemFree.
+    Persistent,
+}
+
+/// Where a pin is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Not pinned yet.
+    New,
+    /// `get_pages` returned; the table is being read.
+    Pinning,
+    /// Pinned; addresses can be read and DMA mappings made.
+    Valid,
+    /// We are giving the table back (DMA unmap, put_pages).
+    Releasing,
+    /// We gave the table back; NVIDIA will not call back.
+    Released,
+    /// NVIDIA's free callback ran: the table and its DMA mappings are gone.
+    Revoked,
+}
+
+/// The owner of a [`Pinned`]: NVIDIA's free callback holds a reference to it while the pin can
+/// still be revoked, and hands that reference to [`PinOwner::revoked`].
+pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
+    /// The pin this owner holds.
+    fn pinned(&self) -> &Pinned;
+
+    /// Called from the free callback once access is withdrawn and the table given back, with
+    /// the callback's reference. It runs under NVIDIA's global lock: it must not take any
+    /// lock that gdrpeer holds while calling nv-p2p, nor call nv-p2p; queue work instead.
+    fn revoked(this: Arc<Self>);
+}
+
+/// One peer's DMA mapping of a pinned table.
 ///
 /// # Invariants
 ///
-/// `table` was returned by `nvidia_p2p_get_pages_persistent` for `range`, passed
-/// [`check_table`], and has not been released.
-#[cfg(nv_p2p_persistent)]
-pub(crate) struct PersistentPin {
+/// `map` was returned by `nvidia_p2p_dma_map_pages` for `peer` and the table of the [`Pinned`]
+/// that holds this, passed [`check_dma_mapping`], and is unmapped or freed only by that
+/// `Pinned`. `addresses` is a copy of its DMA addresses.
+struct DmaMap {
+    peer: ARef<pci::Device>,
+    map: NonNull<bindings::nvidia_p2p_dma_mapping>,
+    addresses: KVec<u64>,
+}
+
+// SAFETY: the mapping is only handed back to NVIDIA, which allows that from any thread.
+unsafe impl Send for DmaMap {}
+
+/// The state of a pin, protected by [`Pinned::state`].
+struct State {
+    phase: Phase,
+    /// Threads reading NVIDIA's table or mappings; the callback waits for them.
+    users: u32,
+    /// Bus (BAR1) address of each 64 KiB page, copied from the table.
+    addresses: KVec<u64>,
+    /// DMA mappings, by `struct pci_dev` address of the peer.
+    maps: RBTree<usize, DmaMap>,
+    /// Keeps gdrpeer loaded while NVIDIA can still call back into it.
+    _module: Option<ModuleRef>,
+}
+
+/// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
+/// once, by put_pages ([`Pinned::unpin`]) or by NVIDIA's free callback.
+///
+/// Modelled on the kernel's `Revocable`: readers get temporary access through `users`, the
+/// free callback withdraws access and waits (bounded) for current readers, then frees the DMA
+/// mappings and the table. Readers never block while they hold access, and gdrpeer never holds
+/// access while calling nv-p2p, so the callback cannot wait for a thread that waits for
+/// NVIDIA's lock.
+///
+/// # Invariants
+///
+/// - `table` is written only by NVIDIA inside `get_pages`; while `phase` is `Pinning`,
+///   `Valid` or `Releasing` it points to the live table for `range`.
+/// - For a [`PinKind::Callback`] pin in phase `Pinning`, `Valid` or `Releasing`, NVIDIA holds
+///   one reference to the owner (the callback's `data`), consumed by the callback or by
+///   `unpin` after a successful put_pages.
+#[pin_data]
+pub(crate) struct Pinned {
     range: GpuRange,
-    table: NonNull<bindings::nvidia_p2p_page_table>,
+    kind: PinKind,
+    /// The group leader of the pinning process: only it may put a callback pin.
+    owner: ARef<Task>,
+    table: Opaque<*mut bindings::nvidia_p2p_page_table>,
+    #[pin]
+    state: SpinLock<State>,
 }
 
-#[cfg(nv_p2p_persistent)]
-impl PersistentPin {
-    /// Pins `range` of the calling process's GPU memory.
-    #[expect(dead_code, reason = "the PIN ioctl arrives with the core issue")]
-    pub(crate) fn new(range: GpuRange) -> Result<Self> {
-        let mut table = core::ptr::null_mut();
-        // SAFETY: `range` is 64 KiB aligned (GpuRange invariant) and `table` is a valid place
-        // for NVIDIA to store the table pointer.
-        to_result(unsafe {
-            bindings::nvidia_p2p_get_pages_persistent(range.start(), range.len(), &mut table, 0)
-        })?;
-        let table = NonNull::new(table).ok_or(EIO)?;
-        // INVARIANT: the table came from get_pages_persistent for `range`; it is checked next,
-        // and released by `drop` if the check fails.
-        let pin = PersistentPin { range, table };
-        // SAFETY: NVIDIA returned a valid table that stays valid until we release it.
-        check_table(unsafe { pin.table.as_ref() }, &range)?;
-        Ok(pin)
+// SAFETY: `table` is only dereferenced under the protocol above; NVIDIA's tables may be used
+// from any thread.
+unsafe impl Send for Pinned {}
+// SAFETY: as above; all mutable state is behind `state`.
+unsafe impl Sync for Pinned {}
+
+/// How long the free callback waits for readers before it gives the table back anyway.
+const REVOKE_WAIT: Delta = Delta::from_millis(100);
+
+impl Pinned {
+    /// A pin of `range` of the calling process's GPU memory, not made yet ([`Pinned::pin`]).
+    pub(crate) fn new(range: GpuRange, kind: PinKind) -> impl PinInit<Self> {
+        let owner = ARef::from(current!().group_leader());
+        pin_init!(Pinned {
+            range,
+            kind,
+            owner,
+            table: Opaque::new(core::ptr::null_mut()),
+            state <- new_spinlock!(
+                State {
+                    phase: Phase::New,
+                    users: 0,
+                    addresses: KVec::new(),
+                    maps: RBTree::new(),
+                    _module: None,
+                },
+                "Pinned::state"
+            ),
+        })
     }
 
-    /// The bus address of GPU page `index`, if the pin has that many pages.
-    #[expect(dead_code, reason = "GET_PAGES arrives with the core issue")]
-    pub(crate) fn page_address(&self, index: usize) -> Option<u64> {
-        // SAFETY: the table is valid until drop (type invariant).
-        let pt = unsafe { self.table.as_ref() };
-        if index >= pt.entries as usize {
-            return None;
+    /// The pinned range.
+    pub(crate) fn range(&self) -> &GpuRange {
+        &self.range
+    }
+
+    /// How it is pinned.
+    pub(crate) fn kind(&self) -> PinKind {
+        self.kind
+    }
+
+    /// Where it is in its life.
+    pub(crate) fn phase(&self) -> Phase {
+        self.state.lock().phase
+    }
+
+    /// Whether NVIDIA revoked it.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.phase() == Phase::Revoked
+    }
+
+    /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
+    ///
+    /// Fails with nv-p2p's error, -ENOTSUPP for a table gdrpeer cannot read, -EOPNOTSUPP for
+    /// a persistent pin the driver does not offer, or -ENXIO when the memory was freed (the
+    /// callback ran) while pinning.
+    pub(crate) fn pin<T: PinOwner>(owner: &Arc<T>, module: &'static ThisModule) -> Result {
+        let this = owner.pinned();
+        let module = ModuleRef::get(module)?;
+        {
+            let mut s = this.state.lock();
+            if s.phase != Phase::New {
+                return Err(EBUSY);
+            }
+            s.phase = Phase::Pinning;
         }
-        // SAFETY: `pages` has `entries` valid pointers (checked by check_table).
-        Some(unsafe { (**pt.pages.add(index)).physical_address })
-    }
-}
-
-#[cfg(nv_p2p_persistent)]
-impl Drop for PersistentPin {
-    fn drop(&mut self) {
-        // SAFETY: the table is ours and not yet released (type invariant); it is not used after.
-        let ret = unsafe {
-            bindings::nvidia_p2p_put_pages_persistent(self.range.start(), self.table.as_ptr(), 0)
+        let ret = match this.kind {
+            PinKind::Callback => {
+                let data = Arc::into_raw(owner.clone()).cast_mut().cast::<c_void>();
+                // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table` is ours
+                // to write; `data` is a reference to `owner` that the callback consumes
+                // (free_callback::<T>), or we take back below if nothing was pinned.
+                let ret = unsafe {
+                    bindings::nvidia_p2p_get_pages(
+                        0,
+                        0,
+                        this.range.start(),
+                        this.range.len(),
+                        this.table.get(),
+                        Some(free_callback::<T>),
+                        data,
+                    )
+                };
+                if ret != 0 {
+                    // SAFETY: nothing was pinned, so NVIDIA keeps no copy of `data`.
+                    drop(unsafe { Arc::from_raw(data.cast::<T>()) });
+                }
+                ret
+            }
+            PinKind::Persistent => this.get_pages_persistent(),
         };
-        if ret != 0 {
-            pr_err!(
-                "put_pages_persistent({:#x}) failed: {}\n",
+        if let Err(e) = to_result(ret) {
+            this.state.lock().phase = Phase::New;
+            return Err(e);
+        }
+
+        let read = this.read(|table| {
+            check_table(table, &this.range)?;
+            let mut addresses = KVec::with_capacity(table.entries as usize, GFP_KERNEL)?;
+            for i in 0..table.entries as usize {
+                // SAFETY: `pages` has `entries` valid entries (check_table).
+                let page = unsafe { &**table.pages.add(i) };
+                addresses.push(page.physical_address, GFP_KERNEL)?;
+            }
+            Ok(addresses)
+        });
+        let mut s = this.state.lock();
+        match read {
+            Ok(addresses) if s.phase == Phase::Pinning => {
+                s.phase = Phase::Valid;
+                s.addresses = addresses;
+                if this.kind == PinKind::Callback {
+                    s._module = Some(module);
+                }
+                Ok(())
+            }
+            // The callback ran while we were pinning: the table is gone already.
+            _ if s.phase == Phase::Revoked => Err(ENXIO),
+            Ok(_) => Err(EIO),
+            Err(e) => {
+                // A table we cannot read: give it back at once.
+                s.phase = Phase::Valid;
+                drop(s);
+                Self::unpin(owner);
+                Err(e)
+            }
+        }
+    }
+
+    #[cfg(nv_p2p_persistent)]
+    fn get_pages_persistent(&self) -> c_int {
+        // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table` is ours to write.
+        unsafe {
+            bindings::nvidia_p2p_get_pages_persistent(
                 self.range.start(),
+                self.range.len(),
+                self.table.get(),
+                0,
+            )
+        }
+    }
+
+    #[cfg(not(nv_p2p_persistent))]
+    fn get_pages_persistent(&self) -> c_int {
+        sys::eopnotsupp().to_errno()
+    }
+
+    /// Runs `f` on the table with access held, unless the table is gone (-ENXIO).
+    ///
+    /// `f` must not block: the free callback waits for it while holding NVIDIA's lock.
+    fn read<R>(&self, f: impl FnOnce(&bindings::nvidia_p2p_page_table) -> Result<R>) -> Result<R> {
+        self.with_access(|| {
+            // SAFETY: with access held and the phase not `Revoked`, the callback has not
+            // returned, so the table NVIDIA wrote is alive (type invariant).
+            let table = unsafe { &**self.table.get() };
+            f(table)
+        })
+    }
+
+    /// Runs `f` while the callback cannot complete: it waits for `users` to drop to zero.
+    fn with_access<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        {
+            let mut s = self.state.lock();
+            if !matches!(s.phase, Phase::Pinning | Phase::Valid) {
+                return Err(ENXIO);
+            }
+            s.users += 1;
+        }
+        let r = f();
+        self.state.lock().users -= 1;
+        r
+    }
+
+    /// Copies the bus addresses of pages `first..first + out.capacity()` into `out`, or the
+    /// DMA addresses of `peer`'s mapping when one is given (made by [`Pinned::dma_map`]).
+    ///
+    /// `out` must be empty with its capacity reserved. Fails with -ENXIO once revoked or
+    /// released, -ENOENT when `peer` has no mapping, -EINVAL beyond the range.
+    pub(crate) fn copy_addresses(
+        &self,
+        peer: Option<&pci::Device>,
+        first: usize,
+        out: &mut KVec<u64>,
+    ) -> Result {
+        let s = self.state.lock();
+        if s.phase != Phase::Valid {
+            return Err(ENXIO);
+        }
+        let all = match peer {
+            None => &s.addresses,
+            Some(peer) => {
+                let key = sys::pci_dev_ptr(peer) as usize;
+                &s.maps.get(&key).ok_or(ENOENT)?.addresses
+            }
+        };
+        let want = all.get(first..first + out.capacity()).ok_or(EINVAL)?;
+        // The capacity is reserved: this does not allocate under the spinlock.
+        out.extend_from_slice(want, GFP_NOWAIT)?;
+        Ok(())
+    }
+
+    /// Makes (once per peer) a DMA mapping of the whole pin for `peer`.
+    ///
+    /// Fails with -ENXIO once revoked or released, or with nv-p2p's error.
+    pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result {
+        let key = sys::pci_dev_ptr(peer) as usize;
+        {
+            let s = self.state.lock();
+            if s.phase != Phase::Valid {
+                return Err(ENXIO);
+            }
+            if s.maps.get(&key).is_some() {
+                return Ok(());
+            }
+        }
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let mut map = core::ptr::null_mut();
+        // No access is held across the call: the callback may run meanwhile (it holds
+        // NVIDIA's lock, so not during the call itself), and the phase is checked after.
+        // SAFETY: the table is live while the phase is Valid (checked above); a free in the
+        // window since then is the one race the nv-p2p API leaves to its clients
+        // (Documentation/design.rst, "The DMA-mapping window").
+        to_result(unsafe {
+            bindings::nvidia_p2p_dma_map_pages(sys::pci_dev_ptr(peer), *self.table.get(), &mut map)
+        })?;
+        let map = NonNull::new(map).ok_or(EIO)?;
+        let read = self.with_access(|| {
+            // SAFETY: with access held and the phase Valid, the callback has not returned,
+            // so the mapping NVIDIA just made is alive.
+            let m = unsafe { map.as_ref() };
+            check_dma_mapping(m, &self.range)?;
+            let mut addresses = KVec::with_capacity(m.entries as usize, GFP_KERNEL)?;
+            // SAFETY: `dma_addresses` has `entries` elements (check_dma_mapping).
+            let src = unsafe { core::slice::from_raw_parts(m.dma_addresses, m.entries as usize) };
+            addresses.extend_from_slice(src, GFP_KERNEL)?;
+            Ok(addresses)
+        });
+        let mut s = self.state.lock();
+        match read {
+            Ok(addresses) if s.phase == Phase::Valid && s.maps.get(&key).is_none() => {
+                // INVARIANT: the mapping is checked and its addresses copied.
+                let dma = DmaMap {
+                    peer: peer.clone(),
+                    map,
+                    addresses,
+                };
+                s.maps.insert(node.into_node(key, dma));
+                Ok(())
+            }
+            // Revoked since: NVIDIA frees the mapping with the table.
+            _ if s.phase == Phase::Revoked => Err(ENXIO),
+            read => {
+                // Unreadable, a duplicate, or the pin is being released: give it back.
+                drop(s);
+                // SAFETY: the mapping is ours and not in `maps`; the table is live unless
+                // revoked (the window above).
+                unsafe {
+                    bindings::nvidia_p2p_dma_unmap_pages(
+                        sys::pci_dev_ptr(peer),
+                        *self.table.get(),
+                        map.as_ptr(),
+                    )
+                };
+                read.map(|_| ())
+            }
+        }
+    }
+
+    /// Whether the current task may give this pin back: a callback pin only from the process
+    /// that pinned it (nv-p2p finds the memory by `current->tgid`, and put_pages from another
+    /// process releases nothing).
+    pub(crate) fn may_unpin_here(&self) -> bool {
+        self.kind == PinKind::Persistent
+            || (!sys::current_is_kthread() && *current!().group_leader() == *self.owner)
+    }
+
+    /// Gives the table back: unmaps DMA mappings and calls put_pages.
+    ///
+    /// A callback pin that cannot be put from here ([`Pinned::may_unpin_here`]) stays pinned
+    /// until NVIDIA calls back: the callback then frees it ([`Unpinned::LeftForCallback`]).
+    pub(crate) fn unpin<T: PinOwner>(owner: &Arc<T>) -> Unpinned {
+        let this = owner.pinned();
+        let maps = {
+            let mut s = this.state.lock();
+            match s.phase {
+                Phase::Revoked => return Unpinned::Revoked,
+                Phase::New | Phase::Released | Phase::Releasing => return Unpinned::Released,
+                Phase::Pinning | Phase::Valid => {}
+            }
+            if !this.may_unpin_here() {
+                return Unpinned::LeftForCallback;
+            }
+            s.phase = Phase::Releasing;
+            core::mem::take(&mut s.maps)
+        };
+        // SAFETY: the phase was Valid and we moved it to Releasing: nobody else gives the
+        // table back. Should the callback run meanwhile, put_pages treats the table as a key
+        // only; the DMA unmaps are the window of Documentation/design.rst.
+        let table = unsafe { *this.table.get() };
+        for (_, dma) in maps.iter() {
+            // SAFETY: as above; the mapping belongs to this table and `dma.peer`.
+            let ret = unsafe {
+                bindings::nvidia_p2p_dma_unmap_pages(
+                    sys::pci_dev_ptr(&dma.peer),
+                    table,
+                    dma.map.as_ptr(),
+                )
+            };
+            if ret != 0 {
+                pr_warn!(
+                    "nv-p2p dma_unmap_pages({:#x}): {}\n",
+                    this.range.start(),
+                    ret
+                );
+            }
+        }
+        drop(maps);
+        let ret = match this.kind {
+            // SAFETY: we are the pinning process (may_unpin_here) and own the table.
+            PinKind::Callback => unsafe {
+                bindings::nvidia_p2p_put_pages(0, 0, this.range.start(), table)
+            },
+            PinKind::Persistent => this.put_pages_persistent(table),
+        };
+        let mut s = this.state.lock();
+        if s.phase == Phase::Revoked {
+            // The callback won the race and consumed its reference.
+            return Unpinned::Revoked;
+        }
+        if ret != 0 {
+            // Unknown state: leave the callback's reference for a callback that may come.
+            pr_err!(
+                "nv-p2p put_pages({:#x}) failed: {}\n",
+                this.range.start(),
                 ret
             );
+            return Unpinned::LeftForCallback;
         }
+        s.phase = Phase::Released;
+        let module = s._module.take();
+        drop(s);
+        if this.kind == PinKind::Callback {
+            // SAFETY: put_pages succeeded in the pinning process, so NVIDIA dropped the
+            // callback and its reference to `owner` is ours to release (type invariant).
+            drop(unsafe { Arc::from_raw(Arc::as_ptr(owner)) });
+        }
+        drop(module);
+        Unpinned::Released
+    }
+
+    #[cfg(nv_p2p_persistent)]
+    fn put_pages_persistent(&self, table: *mut bindings::nvidia_p2p_page_table) -> c_int {
+        // SAFETY: the table came from get_pages_persistent and is given back once.
+        unsafe { bindings::nvidia_p2p_put_pages_persistent(self.range.start(), table, 0) }
+    }
+
+    #[cfg(not(nv_p2p_persistent))]
+    fn put_pages_persistent(&self, _table: *mut bindings::nvidia_p2p_page_table) -> c_int {
+        sys::eopnotsupp().to_errno()
+    }
+
+    /// The free callback's work: withdraw access, wait for readers, free the mappings and the
+    /// table. Runs under NVIDIA's global lock.
+    fn revoke(&self) {
+        let maps = {
+            let mut s = self.state.lock();
+            s.phase = Phase::Revoked;
+            // A bounded, uninterruptible wait: the callback may run in a task that is being
+            // killed, and CondVar offers timeouts only for interruptible waits.
+            let start = Instant::<Monotonic>::now();
+            while s.users > 0 && start.elapsed() < REVOKE_WAIT {
+                drop(s);
+                fsleep(Delta::from_micros(100));
+                s = self.state.lock();
+            }
+            if s.users > 0 {
+                pr_err!(
+                    "revoking {:#x}+{:#x} with {} readers still active\n",
+                    self.range.start(),
+                    self.range.len(),
+                    s.users
+                );
+            }
+            core::mem::take(&mut s.maps)
+        };
+        for (_, dma) in maps.iter() {
+            // SAFETY: called from the free callback, as the function requires; the mapping
+            // belongs to this table.
+            unsafe { bindings::nvidia_p2p_free_dma_mapping(dma.map.as_ptr()) };
+        }
+        drop(maps);
+        // SAFETY: called from the free callback; NVIDIA wrote the table before calling back.
+        unsafe { bindings::nvidia_p2p_free_page_table(*self.table.get()) };
     }
 }
 
-// SAFETY: a persistent pin may be released from any context and thread.
-#[cfg(nv_p2p_persistent)]
-unsafe impl Send for PersistentPin {}
-// SAFETY: shared access only reads the table, which NVIDIA does not change while pinned.
-#[cfg(nv_p2p_persistent)]
-unsafe impl Sync for PersistentPin {}
+/// What [`Pinned::unpin`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unpinned {
+    /// The table is given back (or was never pinned).
+    Released,
+    /// NVIDIA had revoked it already.
+    Revoked,
+    /// Pinned by another process: NVIDIA's callback will free it.
+    LeftForCallback,
+}
+
+/// NVIDIA's free callback: `data` is the reference to the owner taken in [`Pinned::pin`].
+///
+/// # Safety
+///
+/// Only NVIDIA calls it, with the `data` given to get_pages, at most once, and never after
+/// put_pages for that table succeeded.
+unsafe extern "C" fn free_callback<T: PinOwner>(data: *mut c_void) {
+    // SAFETY: `data` came from `Arc::into_raw` in `Pinned::pin`, and NVIDIA calls back at
+    // most once and only while that reference is outstanding (Pinned invariant).
+    let owner = unsafe { Arc::from_raw(data.cast::<T>()) };
+    owner.pinned().revoke();
+    T::revoked(owner);
+}
 
 const _: () = assert!(GPU_PAGE_SIZE == 1 << 16);

@@ -4,7 +4,7 @@
 //! `include/uapi/gdrpeer.h` so that the C header and the module cannot drift.
 
 use kernel::{
-    ioctl::_IOWR,
+    ioctl::{_IOW, _IOWR},
     transmute::{AsBytes, FromBytes},
 };
 
@@ -22,13 +22,32 @@ mod bindings {
     include!("uapi_generated.rs");
 }
 
-pub(crate) use bindings::gdrpeer_version as Version;
+pub(crate) use bindings::{
+    gdrpeer_cache_stats as CacheStats, gdrpeer_dma_map as DmaMap, gdrpeer_get_pages as GetPages,
+    gdrpeer_info as Info, gdrpeer_pin as Pin, gdrpeer_stats as Stats, gdrpeer_unpin as Unpin,
+    gdrpeer_version as Version,
+};
 
-// SAFETY: The uAPI structs consist of integer fields only, with explicit padding fields:
-// every bit pattern is valid and they contain no uninitialised bytes.
-unsafe impl FromBytes for Version {}
-// SAFETY: As above.
-unsafe impl AsBytes for Version {}
+/// Implements [`FromBytes`] and [`AsBytes`] for uAPI structs.
+macro_rules! plain_data {
+    ($($t:ty),*) => {$(
+        // SAFETY: The uAPI structs consist of integer fields only, with explicit padding
+        // fields: every bit pattern is valid and they contain no uninitialised bytes.
+        unsafe impl FromBytes for $t {}
+        // SAFETY: As above.
+        unsafe impl AsBytes for $t {}
+    )*};
+}
+plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats);
+
+/// Pin flag: no free callback (`GDRPEER_PIN_PERSISTENT`).
+pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
+/// All pin flags.
+pub(crate) const PIN_FLAGS: u32 = bindings::GDRPEER_PIN_FLAGS;
+/// `GDRPEER_STATE_VALID`.
+pub(crate) const STATE_VALID: u32 = bindings::GDRPEER_STATE_VALID;
+/// `GDRPEER_STATE_REVOKED`.
+pub(crate) const STATE_REVOKED: u32 = bindings::GDRPEER_STATE_REVOKED;
 
 /// ABI version reported by `GDRPEER_IOCTL_GET_VERSION`.
 pub(crate) const ABI_VERSION: u32 = bindings::GDRPEER_ABI_VERSION;
@@ -37,3 +56,15 @@ const MAGIC: u32 = bindings::GDRPEER_IOCTL_MAGIC;
 
 /// `GDRPEER_IOCTL_GET_VERSION`.
 pub(crate) const IOCTL_GET_VERSION: u32 = _IOWR::<Version>(MAGIC, 255);
+/// `GDRPEER_IOCTL_PIN`.
+pub(crate) const IOCTL_PIN: u32 = _IOWR::<Pin>(MAGIC, 1);
+/// `GDRPEER_IOCTL_UNPIN`.
+pub(crate) const IOCTL_UNPIN: u32 = _IOW::<Unpin>(MAGIC, 2);
+/// `GDRPEER_IOCTL_GET_INFO`.
+pub(crate) const IOCTL_GET_INFO: u32 = _IOWR::<Info>(MAGIC, 3);
+/// `GDRPEER_IOCTL_GET_PAGES`.
+pub(crate) const IOCTL_GET_PAGES: u32 = _IOWR::<GetPages>(MAGIC, 4);
+/// `GDRPEER_IOCTL_DMA_MAP`.
+pub(crate) const IOCTL_DMA_MAP: u32 = _IOWR::<DmaMap>(MAGIC, 5);
+/// `GDRPEER_IOCTL_STATS`.
+pub(crate) const IOCTL_STATS: u32 = _IOWR::<Stats>(MAGIC, 6);

@@ -33,4 +33,116 @@ struct gdrpeer_version {
 
 #define GDRPEER_IOCTL_GET_VERSION _IOWR(GDRPEER_IOCTL_MAGIC, 255, struct gdrpeer_version)
 
+/*
+ * Pins: GPU memory is pinned in whole 64 KiB GPU pages. A pin request
+ * [va, va + len) is widened to them (start rounded down, end rounded up);
+ * the caller's window is that widened range and its offset. A request
+ * contained in a region the file has pinned already is served from it
+ * without calling the NVIDIA driver (the registration cache); UNPIN leaves
+ * the region pinned for the next request until a limit or the driver
+ * reclaims it.
+ *
+ * Every ioctl but GET_VERSION must come from the process that opened the
+ * file (-EACCES otherwise). Errors: -EINVAL bad size, flags, length or
+ * handle; -ENXIO the memory was freed (the handle stays until UNPIN);
+ * -ENOMEM no BAR1 space even after evicting unused regions; -EOPNOTSUPP
+ * persistent pins without driver support.
+ */
+
+/* Pin without a free callback: the driver never revokes it (needs driver support). */
+#define GDRPEER_PIN_PERSISTENT (1U << 0)
+#define GDRPEER_PIN_FLAGS GDRPEER_PIN_PERSISTENT
+
+struct gdrpeer_pin {
+	__u32 size;		/* in: sizeof(struct gdrpeer_pin) */
+	__u32 flags;		/* in: GDRPEER_PIN_* */
+	__u64 va;		/* in: GPU virtual address, any alignment */
+	__u64 len;		/* in: bytes, > 0, at most module parameter max_pin_bytes */
+	__u64 handle;		/* out: names the pin in later ioctls */
+	__u64 aligned_va;	/* out: va rounded down to page_size */
+	__u64 offset;		/* out: va - aligned_va */
+	__u32 page_count;	/* out: pages in the window */
+	__u32 page_size;	/* out: 65536 */
+};
+
+struct gdrpeer_unpin {
+	__u32 size;		/* in: sizeof(struct gdrpeer_unpin) */
+	__u32 pad;
+	__u64 handle;		/* in */
+};
+
+#define GDRPEER_STATE_VALID 0	/* pinned, addresses usable */
+#define GDRPEER_STATE_REVOKED 1	/* the driver freed the memory: unpin the handle */
+
+struct gdrpeer_info {
+	__u32 size;		/* in: sizeof(struct gdrpeer_info) */
+	__u32 state;		/* out: GDRPEER_STATE_* */
+	__u64 handle;		/* in */
+	__u64 aligned_va;	/* out: the window, as PIN reported it */
+	__u64 offset;		/* out */
+	__u32 page_count;	/* out */
+	__u32 page_size;	/* out */
+	__u64 region_va;	/* out: the cached region that serves the window */
+	__u64 region_len;	/* out */
+	__u32 flags;		/* out: GDRPEER_PIN_* the region was pinned with */
+	__u32 pad;
+};
+
+/*
+ * GET_PAGES: the bus (BAR1) addresses of the window's pages, one __u64 per
+ * page, into the user array at addrs. Needs CAP_SYS_RAWIO (-EPERM).
+ * count is in: entries at addrs (-ENOSPC when fewer than the window's
+ * pages), out: entries written.
+ */
+struct gdrpeer_get_pages {
+	__u32 size;		/* in: sizeof(struct gdrpeer_get_pages) */
+	__u32 count;		/* in/out */
+	__u64 handle;		/* in */
+	__u64 addrs;		/* in: user pointer to __u64[count] */
+};
+
+/*
+ * DMA_MAP: maps the handle's region for a peer PCI device (one mapping per
+ * region and device, made on first use, freed with the region) and returns
+ * the window's DMA addresses as the device sees them, like GET_PAGES.
+ * Needs CAP_SYS_RAWIO (-EPERM); -ENODEV when no such PCI device exists.
+ */
+struct gdrpeer_dma_map {
+	__u32 size;		/* in: sizeof(struct gdrpeer_dma_map) */
+	__u32 count;		/* in/out, as for GET_PAGES */
+	__u64 handle;		/* in */
+	__u64 addrs;		/* in: user pointer to __u64[count] */
+	__u32 pci_domain;	/* in: the peer, as domain:bus:devfn */
+	__u8 pci_bus;		/* in */
+	__u8 pci_devfn;		/* in: PCI_DEVFN(slot, function) */
+	__u16 pad;
+};
+
+/* Counters of one registration cache, or of all of them. */
+struct gdrpeer_cache_stats {
+	__u64 regions;		/* pinned regions */
+	__u64 pinned_bytes;	/* bytes pinned (in use and unused) */
+	__u64 hits;		/* pins served from the cache */
+	__u64 misses;		/* pins that called the driver */
+	__u64 evictions_limit;	/* unused regions unpinned over a limit */
+	__u64 evictions_enomem;	/* unused regions unpinned when BAR1 ran out */
+	__u64 callbacks;	/* regions the driver freed (free callback) */
+	__u64 deferred;		/* regions left for the callback by a close elsewhere */
+};
+
+struct gdrpeer_stats {
+	__u32 size;		/* in: sizeof(struct gdrpeer_stats) */
+	__u32 pad;
+	__u64 handles;		/* out: this file's live handles */
+	struct gdrpeer_cache_stats file;	/* out: this file's cache */
+	struct gdrpeer_cache_stats global;	/* out: all caches; deferred: still waiting */
+};
+
+#define GDRPEER_IOCTL_PIN _IOWR(GDRPEER_IOCTL_MAGIC, 1, struct gdrpeer_pin)
+#define GDRPEER_IOCTL_UNPIN _IOW(GDRPEER_IOCTL_MAGIC, 2, struct gdrpeer_unpin)
+#define GDRPEER_IOCTL_GET_INFO _IOWR(GDRPEER_IOCTL_MAGIC, 3, struct gdrpeer_info)
+#define GDRPEER_IOCTL_GET_PAGES _IOWR(GDRPEER_IOCTL_MAGIC, 4, struct gdrpeer_get_pages)
+#define GDRPEER_IOCTL_DMA_MAP _IOWR(GDRPEER_IOCTL_MAGIC, 5, struct gdrpeer_dma_map)
+#define GDRPEER_IOCTL_STATS _IOWR(GDRPEER_IOCTL_MAGIC, 6, struct gdrpeer_stats)
+
 #endif /* _UAPI_GDRPEER_H_ */

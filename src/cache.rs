@@ -1,0 +1,674 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The lazy-unpin registration cache: one [`Context`] per open file of `/dev/gdrpeer` (or
+//! per kernel-API context), never shared between processes.
+//!
+//! Locks are taken in this order (Documentation/design.rst explains why):
+//!
+//! 1. [`Context::inner`] (mutex): the cache of one context. Held across nv-p2p calls.
+//! 2. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
+//!    under it.
+//! 3. `Pinned::state` (spinlock, in [`crate::nv_p2p`]): one pin's phase and readers. Never
+//!    held across a call out of gdrpeer, never held while sleeping.
+//!
+//! The free callback takes only lock 3: the rest of its work (taking the region out of the
+//! tree and out of the accounting) is queued to [`Region::run`], which takes 1 then 3 outside
+//! NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
+
+use kernel::{
+    fmt, new_mutex,
+    prelude::*,
+    rbtree::RBTree,
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, LockedBy, Mutex,
+    },
+    task::Task,
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
+};
+
+use crate::{
+    nv_p2p::{PinKind, PinOwner, Pinned, Unpinned},
+    policy::{self, Limits, Usage},
+    range::GpuRange,
+    sys::OwnedQueue,
+};
+
+/// What contexts need from the loaded module. It lives in the module's own data: every
+/// context and region holds a module reference (an open file, or a pin NVIDIA can still call
+/// back), so it outlives them.
+pub(crate) struct Env {
+    /// Where the free callback queues the rest of its work.
+    pub(crate) queue: OwnedQueue,
+    /// This module, for the references pins take.
+    pub(crate) module: &'static ThisModule,
+}
+
+/// Counters over all contexts, for debugfs and the STATS ioctl.
+pub(crate) struct GlobalStats {
+    pub(crate) contexts: Atomic<u64>,
+    pub(crate) pinned_bytes: Atomic<u64>,
+    pub(crate) regions: Atomic<u64>,
+    pub(crate) hits: Atomic<u64>,
+    pub(crate) misses: Atomic<u64>,
+    pub(crate) evictions_limit: Atomic<u64>,
+    pub(crate) evictions_enomem: Atomic<u64>,
+    pub(crate) callbacks: Atomic<u64>,
+    /// Regions released by a close in another process, waiting for NVIDIA's callback.
+    pub(crate) deferred_live: Atomic<u64>,
+}
+
+pub(crate) static GLOBAL: GlobalStats = GlobalStats {
+    contexts: Atomic::new(0),
+    pinned_bytes: Atomic::new(0),
+    regions: Atomic::new(0),
+    hits: Atomic::new(0),
+    misses: Atomic::new(0),
+    evictions_limit: Atomic::new(0),
+    evictions_enomem: Atomic::new(0),
+    callbacks: Atomic::new(0),
+    deferred_live: Atomic::new(0),
+};
+
+impl GlobalStats {
+    /// The counters now, in the shape of a context's (`handles` and `merges` are not kept
+    /// globally; `deferred` counts the releases still waiting).
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
+            hits: self.hits.load(Relaxed),
+            misses: self.misses.load(Relaxed),
+            merges: 0,
+            evictions_limit: self.evictions_limit.load(Relaxed),
+            evictions_enomem: self.evictions_enomem.load(Relaxed),
+            callbacks: self.callbacks.load(Relaxed),
+            deferred: self.deferred_live.load(Relaxed),
+            pinned_bytes: self.pinned_bytes.load(Relaxed),
+            regions: self.regions.load(Relaxed),
+            handles: 0,
+        }
+    }
+
+    /// Formats the counters (debugfs `gdrpeer/stats`).
+    pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.snapshot();
+        writeln!(f, "contexts {}", self.contexts.load(Relaxed))?;
+        writeln!(f, "pinned_bytes {}", s.pinned_bytes)?;
+        writeln!(f, "regions {}", s.regions)?;
+        writeln!(f, "hits {}", s.hits)?;
+        writeln!(f, "misses {}", s.misses)?;
+        writeln!(f, "evictions_limit {}", s.evictions_limit)?;
+        writeln!(f, "evictions_enomem {}", s.evictions_enomem)?;
+        writeln!(f, "callbacks {}", s.callbacks)?;
+        writeln!(f, "deferred_releases {}", s.deferred)
+    }
+}
+
+/// Counters of one context.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Stats {
+    pub(crate) hits: u64,
+    pub(crate) misses: u64,
+    pub(crate) merges: u64,
+    pub(crate) evictions_limit: u64,
+    pub(crate) evictions_enomem: u64,
+    pub(crate) callbacks: u64,
+    pub(crate) deferred: u64,
+    pub(crate) pinned_bytes: u64,
+    pub(crate) regions: u64,
+    pub(crate) handles: u64,
+}
+
+/// A user's pin: a window of a region (the request rounded to 64 KiB pages).
+pub(crate) struct Handle {
+    region: Arc<Region>,
+    window: GpuRange,
+}
+
+/// The state of a context's cache, protected by [`Context::inner`].
+pub(crate) struct Inner {
+    /// Pinned regions by start address, callback pins and persistent pins apart. Regions in a
+    /// tree never overlap; a revoked region may linger until [`Region::run`] removes it, and
+    /// is never a hit.
+    regions: [RBTree<u64, Arc<Region>>; 2],
+    /// Unused regions by the tick of their last use: the first is evicted first.
+    lru: RBTree<u64, Arc<Region>>,
+    handles: RBTree<u64, Handle>,
+    next_handle: u64,
+    tick: u64,
+    stats: Stats,
+    closed: bool,
+}
+
+/// One context: the registration cache of one process.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Context {
+    /// The group leader of the process that opened it: the only one that may use it.
+    owner: ARef<Task>,
+    env: &'static Env,
+    #[pin]
+    inner: Mutex<Inner>,
+}
+
+/// Per-region bookkeeping, protected by the owning context's [`Context::inner`].
+struct Book {
+    /// Handles that refer to the region.
+    refs: u64,
+    /// Key in `Inner::lru` while unused, 0 otherwise.
+    lru_tick: u64,
+    /// Whether the region is in `Inner::regions`.
+    in_tree: bool,
+    /// Whether its bytes are counted in the context and globally.
+    accounted: bool,
+    /// Whether it was left for NVIDIA's callback by a close in another process.
+    deferred: bool,
+}
+
+/// A pinned region of GPU memory in a context's cache.
+#[pin_data]
+pub(crate) struct Region {
+    ctx: Arc<Context>,
+    book: LockedBy<Book, Inner>,
+    #[pin]
+    work: Work<Region>,
+    #[pin]
+    pinned: Pinned,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Region { self.work }
+}
+
+impl PinOwner for Region {
+    fn pinned(&self) -> &Pinned {
+        &self.pinned
+    }
+
+    fn revoked(this: Arc<Self>) {
+        // Under NVIDIA's lock: only queue. The queue outlives every region (Env).
+        let queue = this.ctx.env.queue.queue();
+        if queue.enqueue(this).is_err() {
+            pr_err!("revoked region queued twice\n");
+        }
+    }
+}
+
+impl WorkItem for Region {
+    type Pointer = Arc<Region>;
+
+    /// The part of the free callback that needs the context's lock.
+    fn run(this: Arc<Region>) {
+        let mut inner = this.ctx.inner.lock();
+        inner.forget(&this);
+        inner.settle(&this);
+        inner.stats.callbacks += 1;
+        GLOBAL.callbacks.add(1, Relaxed);
+        let book = this.book.access_mut(&mut inner);
+        if book.deferred {
+            book.deferred = false;
+            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+/// Index of a kind's tree in `Inner::regions`.
+fn tree_index(kind: PinKind) -> usize {
+    match kind {
+        PinKind::Callback => 0,
+        PinKind::Persistent => 1,
+    }
+}
+
+/// What PIN reports about a new handle.
+pub(crate) struct PinInfo {
+    pub(crate) handle: u64,
+    pub(crate) window: GpuRange,
+}
+
+/// What GET_INFO reports about a handle.
+pub(crate) struct HandleInfo {
+    pub(crate) window: GpuRange,
+    pub(crate) region: GpuRange,
+    pub(crate) kind: PinKind,
+    pub(crate) revoked: bool,
+}
+
+impl Context {
+    /// A context for the calling process.
+    pub(crate) fn new(env: &'static Env) -> Result<Arc<Self>> {
+        let ctx = Arc::pin_init(
+            pin_init!(Context {
+                owner: ARef::from(current!().group_leader()),
+                env,
+                inner <- new_mutex!(
+                    Inner {
+                        regions: [RBTree::new(), RBTree::new()],
+                        lru: RBTree::new(),
+                        handles: RBTree::new(),
+                        next_handle: 1,
+                        tick: 0,
+                        stats: Stats::default(),
+                        closed: false,
+                    },
+                    "Context::inner"
+                ),
+            }),
+            GFP_KERNEL,
+        )?;
+        GLOBAL.contexts.add(1, Relaxed);
+        Ok(ctx)
+    }
+
+    /// Whether the current process is the one that opened the context.
+    pub(crate) fn is_owner(&self) -> bool {
+        *current!().group_leader() == *self.owner
+    }
+
+    /// The opening process's thread-group id, for names.
+    pub(crate) fn owner_tgid(&self) -> i32 {
+        self.owner.pid()
+    }
+
+    /// Pins `range` (the caller's va and len rounded to 64 KiB pages), from the cache when a
+    /// region of the same kind contains it.
+    pub(crate) fn pin(
+        self: &Arc<Self>,
+        range: GpuRange,
+        kind: PinKind,
+        limits: &Limits,
+    ) -> Result<PinInfo> {
+        let mut inner = self.inner.lock();
+        if inner.closed {
+            return Err(EBADF);
+        }
+        let region = match inner.lookup(kind, &range) {
+            Some(region) => {
+                inner.stats.hits += 1;
+                GLOBAL.hits.add(1, Relaxed);
+                region
+            }
+            None => {
+                let region = self.pin_new(&mut inner, range, kind)?;
+                inner.stats.misses += 1;
+                GLOBAL.misses.add(1, Relaxed);
+                region
+            }
+        };
+        inner.take_ref(&region);
+        let handle = inner.next_handle;
+        let node = RBTree::try_create_and_insert(
+            &mut inner.handles,
+            handle,
+            Handle {
+                region: region.clone(),
+                window: range,
+            },
+            GFP_KERNEL,
+        );
+        if let Err(e) = node {
+            self.drop_ref(&mut inner, &region);
+            return Err(e);
+        }
+        inner.next_handle += 1;
+        inner.stats.handles += 1;
+        inner.trim(limits);
+        Ok(PinInfo {
+            handle,
+            window: range,
+        })
+    }
+
+    /// A miss: pins the request merged with the regions it overlaps, evicting unused regions
+    /// while NVIDIA runs out of BAR1 space (-ENOMEM).
+    fn pin_new(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        request: GpuRange,
+        kind: PinKind,
+    ) -> Result<Arc<Region>> {
+        let overlapping = inner.overlapping(kind, &request)?;
+        let (start, end) = policy::merged(&request, overlapping.iter().map(|r| *r.pinned.range()));
+        let mut range = GpuRange::new(start, end - start, u64::MAX)?;
+        let region = loop {
+            let region = Region::new(self, range, kind)?;
+            match Pinned::pin(&region, self.env.module) {
+                Ok(()) => break region,
+                Err(e) if e == ENOMEM => {
+                    if !inner.evict_lru() {
+                        return Err(ENOMEM);
+                    }
+                    inner.stats.evictions_enomem += 1;
+                    GLOBAL.evictions_enomem.add(1, Relaxed);
+                }
+                // The merged range may span freed memory: pin the request alone.
+                Err(e) if e == EINVAL && range != request => range = request,
+                Err(e) => return Err(e),
+            }
+        };
+        // The new region replaces every region it overlaps.
+        for old in inner.overlapping(kind, &range)? {
+            inner.forget(&old);
+            if inner.book(&old).refs == 0 {
+                inner.release(&old);
+                inner.stats.merges += 1;
+            }
+        }
+        inner.account(&region);
+        let start = range.start();
+        RBTree::try_create_and_insert(
+            &mut inner.regions[tree_index(kind)],
+            start,
+            region.clone(),
+            GFP_KERNEL,
+        )
+        .inspect_err(|_| inner.release(&region))?;
+        region.book.access_mut(inner).in_tree = true;
+        Ok(region)
+    }
+
+    /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin).
+    pub(crate) fn unpin(&self, handle: u64, limits: &Limits) -> Result {
+        let mut inner = self.inner.lock();
+        let h = inner.handles.remove(&handle).ok_or(EINVAL)?;
+        inner.stats.handles -= 1;
+        self.drop_ref(&mut inner, &h.region);
+        inner.trim(limits);
+        Ok(())
+    }
+
+    fn drop_ref(&self, inner: &mut Inner, region: &Arc<Region>) {
+        let book = region.book.access_mut(inner);
+        book.refs -= 1;
+        if book.refs > 0 {
+            return;
+        }
+        if book.in_tree && !region.pinned.is_revoked() {
+            inner.make_unused(region);
+        } else {
+            // Replaced by a merge, or revoked: nothing will hit it again.
+            inner.release(region);
+        }
+    }
+
+    /// Runs `f` on a handle's region and window.
+    pub(crate) fn with_handle<R>(
+        &self,
+        handle: u64,
+        f: impl FnOnce(&Region, &GpuRange) -> Result<R>,
+    ) -> Result<R> {
+        let inner = self.inner.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        f(&h.region, &h.window)
+    }
+
+    /// What GET_INFO reports.
+    pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
+        self.with_handle(handle, |region, window| {
+            Ok(HandleInfo {
+                window: *window,
+                region: *region.pinned.range(),
+                kind: region.pinned.kind(),
+                revoked: region.pinned.is_revoked(),
+            })
+        })
+    }
+
+    /// The context's counters.
+    pub(crate) fn stats(&self) -> Stats {
+        self.inner.lock().stats
+    }
+
+    /// Closes the context: every region is unpinned, or, when this is not the pinning
+    /// process, left to NVIDIA's callback (which frees it when the memory goes).
+    pub(crate) fn close(&self) {
+        let mut inner = self.inner.lock();
+        inner.closed = true;
+        let handles = core::mem::take(&mut inner.handles);
+        let lru = core::mem::take(&mut inner.lru);
+        let mut regions = KVec::new();
+        for tree in inner.regions.iter_mut() {
+            let tree = core::mem::take(tree);
+            for (_, region) in tree.iter() {
+                // Failing to note one only leaves it to the handles or the callback.
+                let _ = regions.push(region.clone(), GFP_KERNEL);
+            }
+        }
+        for (_, region) in lru.iter() {
+            region.book.access_mut(&mut inner).lru_tick = 0;
+        }
+        for region in regions.iter() {
+            region.book.access_mut(&mut inner).in_tree = false;
+            inner.release(region);
+        }
+        for (_, h) in handles.iter() {
+            inner.release(&h.region);
+        }
+        inner.stats.handles = 0;
+        drop(inner);
+        drop((handles, lru, regions));
+    }
+
+    /// Formats the context's counters (debugfs `stats`).
+    pub(crate) fn show_stats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.stats();
+        writeln!(f, "pinned_bytes {}", s.pinned_bytes)?;
+        writeln!(f, "regions {}", s.regions)?;
+        writeln!(f, "handles {}", s.handles)?;
+        writeln!(f, "hits {}", s.hits)?;
+        writeln!(f, "misses {}", s.misses)?;
+        writeln!(f, "merges {}", s.merges)?;
+        writeln!(f, "evictions_limit {}", s.evictions_limit)?;
+        writeln!(f, "evictions_enomem {}", s.evictions_enomem)?;
+        writeln!(f, "callbacks {}", s.callbacks)?;
+        writeln!(f, "deferred_releases {}", s.deferred)
+    }
+
+    /// Lists the context's regions (debugfs `regions`).
+    pub(crate) fn show_regions(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        writeln!(f, "start end kind phase refs unused")?;
+        for tree in inner.regions.iter() {
+            for (_, region) in tree.iter() {
+                let book = region.book.access(&inner);
+                let range = region.pinned.range();
+                writeln!(
+                    f,
+                    "{:#x} {:#x} {:?} {:?} {} {}",
+                    range.start(),
+                    range.end(),
+                    region.pinned.kind(),
+                    region.pinned.phase(),
+                    book.refs,
+                    book.lru_tick != 0
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Context {
+    fn drop(self: Pin<&mut Self>) {
+        GLOBAL.contexts.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Region {
+    fn new(ctx: &Arc<Context>, range: GpuRange, kind: PinKind) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Region {
+                ctx: ctx.clone(),
+                book: LockedBy::new(
+                    &ctx.inner,
+                    Book {
+                        refs: 0,
+                        lru_tick: 0,
+                        in_tree: false,
+                        accounted: false,
+                        deferred: false,
+                    }
+                ),
+                work <- new_work!("Region::work"),
+                pinned <- Pinned::new(range, kind),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The pin behind the region.
+    pub(crate) fn pinned(&self) -> &Pinned {
+        &self.pinned
+    }
+}
+
+impl Inner {
+    fn book<'a>(&'a self, region: &'a Region) -> &'a Book {
+        region.book.access(self)
+    }
+
+    /// The live region of `kind` that contains `range`, if any. Revoked regions found on
+    /// the way are taken out at once.
+    fn lookup(&mut self, kind: PinKind, range: &GpuRange) -> Option<Arc<Region>> {
+        let tree = &self.regions[tree_index(kind)];
+        let candidate = match tree.cursor_lower_bound(&(range.start() + 1)) {
+            Some(c) => c.peek_prev().map(|(_, r)| r.clone()),
+            None => tree.cursor_back().map(|c| c.current().1.clone()),
+        }?;
+        if candidate.pinned.is_revoked() {
+            self.forget(&candidate);
+            return None;
+        }
+        policy::contains(candidate.pinned.range(), range).then_some(candidate)
+    }
+
+    /// The live regions of `kind` that overlap `range`; revoked ones are taken out.
+    fn overlapping(&mut self, kind: PinKind, range: &GpuRange) -> Result<KVec<Arc<Region>>> {
+        let mut found = KVec::new();
+        let mut revoked = KVec::new();
+        for (_, region) in self.regions[tree_index(kind)].iter() {
+            let r = region.pinned.range();
+            if r.start() >= range.end() {
+                break;
+            }
+            if !policy::overlaps(r, range) {
+                continue;
+            }
+            if region.pinned.is_revoked() {
+                revoked.push(region.clone(), GFP_KERNEL)?;
+            } else {
+                found.push(region.clone(), GFP_KERNEL)?;
+            }
+        }
+        for region in revoked.iter() {
+            self.forget(region);
+        }
+        Ok(found)
+    }
+
+    /// Takes a region out of the tree and the LRU (handles keep it alive).
+    fn forget(&mut self, region: &Arc<Region>) {
+        let kind = region.pinned.kind();
+        let start = region.pinned.range().start();
+        let book = region.book.access_mut(self);
+        let (in_tree, tick) = (book.in_tree, book.lru_tick);
+        book.in_tree = false;
+        book.lru_tick = 0;
+        if in_tree {
+            let tree = &mut self.regions[tree_index(kind)];
+            if tree.get(&start).is_some_and(|r| Arc::ptr_eq(r, region)) {
+                tree.remove(&start);
+            }
+        }
+        if tick != 0 {
+            self.lru.remove(&tick);
+        }
+    }
+
+    fn take_ref(&mut self, region: &Arc<Region>) {
+        let book = region.book.access_mut(self);
+        book.refs += 1;
+        let tick = core::mem::replace(&mut book.lru_tick, 0);
+        if tick != 0 {
+            self.lru.remove(&tick);
+        }
+    }
+
+    fn make_unused(&mut self, region: &Arc<Region>) {
+        self.tick += 1;
+        let tick = self.tick;
+        if RBTree::try_create_and_insert(&mut self.lru, tick, region.clone(), GFP_KERNEL).is_err() {
+            // No memory for the LRU node: do not cache it.
+            self.forget(region);
+            self.release(region);
+            return;
+        }
+        region.book.access_mut(self).lru_tick = tick;
+    }
+
+    /// Unpins the least recently used unused region; false when there is none.
+    fn evict_lru(&mut self) -> bool {
+        let Some(region) = self.lru.cursor_front().map(|c| c.current().1.clone()) else {
+            return false;
+        };
+        self.forget(&region);
+        self.release(&region);
+        true
+    }
+
+    /// Evicts unused regions while a limit is exceeded.
+    fn trim(&mut self, limits: &Limits) {
+        while limits.exceeded_by(&self.usage()) {
+            if !self.evict_lru() {
+                break;
+            }
+            self.stats.evictions_limit += 1;
+            GLOBAL.evictions_limit.add(1, Relaxed);
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            ctx_bytes: self.stats.pinned_bytes,
+            ctx_regions: self.stats.regions,
+            global_bytes: GLOBAL.pinned_bytes.load(Relaxed),
+        }
+    }
+
+    fn account(&mut self, region: &Region) {
+        let len = region.pinned.range().len();
+        region.book.access_mut(self).accounted = true;
+        self.stats.pinned_bytes += len;
+        self.stats.regions += 1;
+        GLOBAL.pinned_bytes.add(len, Relaxed);
+        GLOBAL.regions.add(1, Relaxed);
+    }
+
+    /// Takes a region's bytes out of the accounting, once.
+    fn settle(&mut self, region: &Region) {
+        let book = region.book.access_mut(self);
+        if !core::mem::replace(&mut book.accounted, false) {
+            return;
+        }
+        let len = region.pinned.range().len();
+        self.stats.pinned_bytes -= len;
+        self.stats.regions -= 1;
+        GLOBAL.pinned_bytes.fetch_sub(len, Relaxed);
+        GLOBAL.regions.fetch_sub(1, Relaxed);
+    }
+
+    /// Gives a region's pages back to NVIDIA, or leaves them to its callback when this is not
+    /// the pinning process. Idempotent.
+    fn release(&mut self, region: &Arc<Region>) {
+        match Pinned::unpin(region) {
+            Unpinned::Released | Unpinned::Revoked => self.settle(region),
+            Unpinned::LeftForCallback => {
+                let book = region.book.access_mut(self);
+                if !core::mem::replace(&mut book.deferred, true) {
+                    self.stats.deferred += 1;
+                    GLOBAL.deferred_live.add(1, Relaxed);
+                }
+            }
+        }
+    }
+}

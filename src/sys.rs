@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The few kernel services gdrpeer needs that the `kernel` crate does not wrap yet.
+//!
+//! Each one is a thin safe type over the C function; everything `unsafe` about them stays in
+//! this file (the nv-p2p FFI has its own module, [`crate::nv_p2p`]).
+//!
+//! TODO: replace with the kernel crate's abstractions once it has an owned workqueue, module
+//! references, `capable()`, task flags and a PCI device lookup by bus address.
+
+use core::ptr::NonNull;
+use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
+
+/// A workqueue of our own: dropping it drains and destroys it, so no work item of the module
+/// can still be running once the module's memory is freed.
+///
+/// # Invariants
+///
+/// `0` is a workqueue from `alloc_workqueue` that is destroyed only by `drop`.
+pub(crate) struct OwnedQueue(NonNull<bindings::workqueue_struct>);
+
+impl OwnedQueue {
+    /// Allocates an unbound workqueue named `name`.
+    pub(crate) fn new(name: &'static CStr) -> Result<Self> {
+        // SAFETY: `name` is a NUL-terminated string without format specifiers; the flags are
+        // valid. `alloc_workqueue` is a macro over `alloc_workqueue_noprof`.
+        let wq = unsafe {
+            bindings::alloc_workqueue_noprof(
+                name.as_char_ptr(),
+                bindings::wq_flags_WQ_UNBOUND | bindings::wq_flags_WQ_MEM_RECLAIM,
+                0,
+            )
+        };
+        // INVARIANT: a non-NULL result is a fresh workqueue that only `drop` destroys.
+        NonNull::new(wq).map(OwnedQueue).ok_or(ENOMEM)
+    }
+
+    /// The queue, for as long as it lives.
+    pub(crate) fn queue(&self) -> &Queue {
+        // SAFETY: the pointer is a live workqueue until `drop` (type invariant), and the
+        // returned reference cannot outlive `self`.
+        unsafe { Queue::from_raw(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for OwnedQueue {
+    fn drop(&mut self) {
+        // SAFETY: the workqueue is ours and still alive (type invariant); destroy_workqueue
+        // waits for every queued and running work item first.
+        unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
+    }
+}
+
+// SAFETY: a workqueue may be used and destroyed from any thread.
+unsafe impl Send for OwnedQueue {}
+// SAFETY: queueing work is thread-safe.
+unsafe impl Sync for OwnedQueue {}
+
+/// A reference on this module: while one exists, `rmmod gdrpeer` fails with -EBUSY.
+///
+/// # Invariants
+///
+/// Holds one reference on `THIS_MODULE`, taken by `try_module_get` (or copied from `module`
+/// when the module is built in).
+pub(crate) struct ModuleRef(*mut bindings::module);
+
+impl ModuleRef {
+    /// Takes a reference on `module`; fails only while the module is being unloaded.
+    pub(crate) fn get(module: &'static ThisModule) -> Result<Self> {
+        let ptr = module.as_ptr();
+        // SAFETY: `ptr` is this module (or NULL when built in, which try_module_get accepts).
+        if unsafe { bindings::try_module_get(ptr) } {
+            // INVARIANT: we hold the reference just taken.
+            Ok(ModuleRef(ptr))
+        } else {
+            Err(ENODEV)
+        }
+    }
+}
+
+impl Drop for ModuleRef {
+    fn drop(&mut self) {
+        // SAFETY: we hold one reference (type invariant) and give it back once.
+        unsafe { bindings::module_put(self.0) };
+    }
+}
+
+// SAFETY: a module reference may be dropped from any thread.
+unsafe impl Send for ModuleRef {}
+// SAFETY: `ModuleRef` has no `&self` methods.
+unsafe impl Sync for ModuleRef {}
+
+/// Whether the current task is a kernel thread (workqueue, kthread): it has no process of its
+/// own, so nv-p2p cannot find GPU memory by it.
+pub(crate) fn current_is_kthread() -> bool {
+    let task: *mut bindings::task_struct = Task::current_raw();
+    // SAFETY: `current` is always a valid task, and `flags` of the current task is only
+    // changed by the task itself.
+    unsafe { (*task).flags & bindings::PF_KTHREAD != 0 }
+}
+
+/// Whether the current task has `CAP_SYS_RAWIO` (raw bus addresses and DMA mappings).
+pub(crate) fn capable_sys_rawio() -> bool {
+    // SAFETY: `capable` only reads the current task's credentials.
+    unsafe { bindings::capable(bindings::CAP_SYS_RAWIO as c_int) }
+}
+
+/// The PCI device at `domain:bus:devfn`, with a reference, if there is one.
+pub(crate) fn pci_device(domain: u32, bus: u8, devfn: u8) -> Option<ARef<pci::Device>> {
+    let domain = c_int::try_from(domain).ok()?;
+    // SAFETY: plain lookup; it returns a device with a reference taken, or NULL.
+    let pdev = unsafe { bindings::pci_get_domain_bus_and_slot(domain, bus.into(), devfn.into()) };
+    let pdev = NonNull::new(pdev)?;
+    // SAFETY: `pci::Device` is `#[repr(transparent)]` over `struct pci_dev`, and the
+    // reference returned by the lookup is handed to the `ARef`, which drops it with
+    // pci_dev_put.
+    Some(unsafe { ARef::from_raw(pdev.cast::<pci::Device>()) })
+}
+
+/// The `struct pci_dev` of `dev`, for nv-p2p's DMA functions.
+pub(crate) fn pci_dev_ptr(dev: &pci::Device) -> *mut bindings::pci_dev {
+    // `pci::Device::as_raw` is private; the type is `#[repr(transparent)]` over the C struct.
+    core::ptr::from_ref(dev).cast_mut().cast()
+}
+
+/// `-EOPNOTSUPP`, which the kernel crate does not name.
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+}
