@@ -20,6 +20,7 @@ use kernel::{
     },
     transmute::AsBytes,
     uaccess::{UserPtr, UserSlice, UserSliceReader},
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
@@ -27,7 +28,8 @@ use crate::{
     nv_p2p::{self, PinKind},
     policy,
     range::{GpuRange, GPU_PAGE_SIZE},
-    sys, uapi, GdrpeerModule,
+    sys::{self, ModuleRef},
+    uapi, GdrpeerModule,
 };
 
 /// Registers `/dev/gdrpeer`.
@@ -38,8 +40,36 @@ pub(crate) fn register() -> impl PinInit<MiscDeviceRegistration<GdrpeerFile>, Er
 /// Numbers the per-file debugfs directories.
 static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
 
+/// An open file's reference on the module, put from gdrpeer's workqueue once the file is
+/// released.
+///
+/// The kernel crate's misc-device file operations name no owner, so an open file does not
+/// pin the module by itself. Putting the reference from `release` would let the module go
+/// while `release` still returns through its code; module exit drains the workqueue, so
+/// putting it from a work item cannot.
+#[pin_data]
+struct FileModuleRef {
+    #[pin]
+    work: Work<FileModuleRef>,
+    _module: ModuleRef,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for FileModuleRef { self.work }
+}
+
+impl WorkItem for FileModuleRef {
+    type Pointer = Pin<KBox<FileModuleRef>>;
+
+    fn run(this: Pin<KBox<FileModuleRef>>) {
+        drop(this);
+    }
+}
+
 /// The state of one open file of `/dev/gdrpeer`.
 pub(crate) struct GdrpeerFile {
+    module: &'static GdrpeerModule,
+    module_ref: Option<Pin<KBox<FileModuleRef>>>,
     ctx: Arc<Context>,
     /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs; removed before the context closes.
     _debugfs: Option<KBox<debugfs::Dir>>,
@@ -48,8 +78,19 @@ pub(crate) struct GdrpeerFile {
 
 impl GdrpeerFile {
     fn new(module: &'static GdrpeerModule) -> Result<Self> {
+        // Fails once the module is going away.
+        let module_ref = ModuleRef::get(module.env.module).map_err(|_| ENODEV)?;
+        let module_ref = KBox::pin_init(
+            pin_init!(FileModuleRef {
+                work <- new_work!("FileModuleRef::work"),
+                _module: module_ref,
+            }),
+            GFP_KERNEL,
+        )?;
         let ctx = Context::new(&module.env)?;
         let mut me = GdrpeerFile {
+            module,
+            module_ref: Some(module_ref),
             ctx,
             _debugfs: None,
             _files: KVec::new(),
@@ -92,11 +133,17 @@ impl MiscDevice for GdrpeerFile {
         Ok(KBox::new(GdrpeerFile::new(module)?, GFP_KERNEL)?)
     }
 
-    fn release(me: KBox<Self>, _file: &File) {
+    fn release(mut me: KBox<Self>, _file: &File) {
         let ctx = me.ctx.clone();
+        let queue = me.module.env.queue.queue();
+        let module_ref = me.module_ref.take();
         // The debugfs files go first: they hold the context too.
         drop(me);
         ctx.close();
+        drop(ctx);
+        if let Some(module_ref) = module_ref {
+            queue.enqueue(module_ref);
+        }
     }
 
     fn ioctl(me: &GdrpeerFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {

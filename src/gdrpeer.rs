@@ -88,6 +88,8 @@ struct GdrpeerModule {
     chardev: MiscDeviceRegistration<chardev::GdrpeerFile>,
     #[pin]
     _global_stats: debugfs::File<()>,
+    #[pin]
+    _params: debugfs::File<()>,
     /// `gdrpeer/files`: one directory per open file.
     files_dir: debugfs::Dir,
     _debugfs: debugfs::Dir,
@@ -112,6 +114,13 @@ impl kernel::InPlaceModule for GdrpeerModule {
             files_dir: root.subdir(c"files"),
             _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
                 cache::GLOBAL.show(f)
+            }),
+            // Module parameters are not in sysfs: show them here.
+            _params <- root.read_callback_file(c"params", (), &|(): &(), f| {
+                writeln!(f, "max_pin_bytes {}", param_max_pin_bytes())?;
+                writeln!(f, "cache_max_bytes {}", param_cache_max_bytes())?;
+                writeln!(f, "cache_max_regions {}", param_cache_max_regions())?;
+                writeln!(f, "global_max_bytes {}", param_global_max_bytes())
             }),
             _debugfs: root,
             chardev <- chardev::register(),

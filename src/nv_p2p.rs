@@ -212,7 +212,7 @@ unsafe impl Send for Pinned {}
 // SAFETY: as above; all mutable state is behind `state`.
 unsafe impl Sync for Pinned {}
 
-/// How long the free callback waits for readers before it gives the table back anyway.
+/// How long the free callback waits for readers before it warns that they are slow.
 const REVOKE_WAIT: Delta = Delta::from_millis(100);
 
 impl Pinned {
@@ -302,16 +302,25 @@ impl Pinned {
             return Err(e);
         }
 
-        let read = this.read(|table| {
-            check_table(table, &this.range)?;
-            let mut addresses = KVec::with_capacity(table.entries as usize, GFP_KERNEL)?;
-            for i in 0..table.entries as usize {
-                // SAFETY: `pages` has `entries` valid entries (check_table).
-                let page = unsafe { &**table.pages.add(i) };
-                addresses.push(page.physical_address, GFP_KERNEL)?;
-            }
-            Ok(addresses)
-        });
+        // Readers must not sleep while they hold access: size first, allocate, then copy.
+        let read = this
+            .read(|table| check_table(table, &this.range).map(|()| table.entries as usize))
+            .and_then(|n| {
+                let mut addresses = KVec::with_capacity(n, GFP_KERNEL)?;
+                this.read(|table| {
+                    // SAFETY: `pages` has `entries` valid entries (check_table), and `entries`
+                    // cannot change while the table is live.
+                    let pages = unsafe { core::slice::from_raw_parts(table.pages, n) };
+                    for &page in pages {
+                        // SAFETY: as above; each entry points to a live page descriptor.
+                        let pa = unsafe { (*page).physical_address };
+                        // The capacity is reserved: this does not allocate.
+                        addresses.push(pa, GFP_NOWAIT)?;
+                    }
+                    Ok(())
+                })?;
+                Ok(addresses)
+            });
         let mut s = this.state.lock();
         match read {
             Ok(addresses) if s.phase == Phase::Pinning => {
@@ -355,7 +364,7 @@ impl Pinned {
 
     /// Runs `f` on the table with access held, unless the table is gone (-ENXIO).
     ///
-    /// `f` must not block: the free callback waits for it while holding NVIDIA's lock.
+    /// `f` must not sleep nor take a lock, as for [`Pinned::with_access`].
     fn read<R>(&self, f: impl FnOnce(&bindings::nvidia_p2p_page_table) -> Result<R>) -> Result<R> {
         self.with_access(|| {
             // SAFETY: with access held and the phase not `Revoked`, the callback has not
@@ -366,6 +375,8 @@ impl Pinned {
     }
 
     /// Runs `f` while the callback cannot complete: it waits for `users` to drop to zero.
+    ///
+    /// `f` must not sleep nor take a lock: the callback waits for it under NVIDIA's lock.
     fn with_access<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
         {
             let mut s = self.state.lock();
@@ -432,17 +443,25 @@ impl Pinned {
             bindings::nvidia_p2p_dma_map_pages(sys::pci_dev_ptr(peer), *self.table.get(), &mut map)
         })?;
         let map = NonNull::new(map).ok_or(EIO)?;
-        let read = self.with_access(|| {
-            // SAFETY: with access held and the phase Valid, the callback has not returned,
-            // so the mapping NVIDIA just made is alive.
-            let m = unsafe { map.as_ref() };
-            check_dma_mapping(m, &self.range)?;
-            let mut addresses = KVec::with_capacity(m.entries as usize, GFP_KERNEL)?;
-            // SAFETY: `dma_addresses` has `entries` elements (check_dma_mapping).
-            let src = unsafe { core::slice::from_raw_parts(m.dma_addresses, m.entries as usize) };
-            addresses.extend_from_slice(src, GFP_KERNEL)?;
-            Ok(addresses)
-        });
+        // SAFETY (both closures): with access held and the phase Valid, the callback has not
+        // returned, so the mapping NVIDIA just made is alive.
+        let read = self
+            .with_access(|| {
+                // SAFETY: see above.
+                let m = unsafe { map.as_ref() };
+                check_dma_mapping(m, &self.range).map(|()| m.entries as usize)
+            })
+            .and_then(|n| {
+                let mut addresses = KVec::with_capacity(n, GFP_KERNEL)?;
+                self.with_access(|| {
+                    // SAFETY: see above; `dma_addresses` has `entries` elements
+                    // (check_dma_mapping).
+                    let src = unsafe { core::slice::from_raw_parts(map.as_ref().dma_addresses, n) };
+                    // The capacity is reserved: this does not allocate.
+                    Ok(addresses.extend_from_slice(src, GFP_NOWAIT)?)
+                })?;
+                Ok(addresses)
+            });
         let mut s = self.state.lock();
         match read {
             Ok(addresses) if s.phase == Phase::Valid && s.maps.get(&key).is_none() => {
@@ -573,21 +592,26 @@ impl Pinned {
         let maps = {
             let mut s = self.state.lock();
             s.phase = Phase::Revoked;
-            // A bounded, uninterruptible wait: the callback may run in a task that is being
-            // killed, and CondVar offers timeouts only for interruptible waits.
+            // Readers hold access only to copy addresses, without sleeping or taking another
+            // lock, so this wait is bounded by one copy. It cannot be cut short (the table
+            // would be freed under a reader), and CondVar offers timeouts only for
+            // interruptible waits: poll.
             let start = Instant::<Monotonic>::now();
-            while s.users > 0 && start.elapsed() < REVOKE_WAIT {
+            let mut warned = false;
+            while s.users > 0 {
                 drop(s);
                 fsleep(Delta::from_micros(100));
                 s = self.state.lock();
-            }
-            if s.users > 0 {
-                pr_err!(
-                    "revoking {:#x}+{:#x} with {} readers still active\n",
-                    self.range.start(),
-                    self.range.len(),
-                    s.users
-                );
+                if !warned && start.elapsed() > REVOKE_WAIT {
+                    warned = true;
+                    pr_warn!(
+                        "revoking {:#x}+{:#x}: {} readers still active after {} ms\n",
+                        self.range.start(),
+                        self.range.len(),
+                        s.users,
+                        REVOKE_WAIT.as_millis()
+                    );
+                }
             }
             core::mem::take(&mut s.maps)
         };

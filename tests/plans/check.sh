@@ -68,6 +68,26 @@ nvsim_suite() {
 	unload nvsim
 }
 
+# --- gdrpeer against nvsim --------------------------------------------------
+
+# gdrpeer-test reports one result per case (Documentation/testing.rst). A small
+# region limit lets it see LRU eviction.
+gdrpeer_suite() {
+	unload gdrpeer
+	unload p2pclient
+	unload nvsim
+	load $M/nvsim.ko || { echo "@@ RESULT FAIL gdrpeer-suite nvsim-load"; return; }
+	load $M/p2pclient.ko || { echo "@@ RESULT FAIL gdrpeer-suite p2pclient-load"; unload nvsim; return; }
+	load $M/gdrpeer.ko cache_max_regions=4 ||
+		{ echo "@@ RESULT FAIL gdrpeer-suite gdrpeer-load"; unload p2pclient; unload nvsim; return; }
+	gdrpeer-test "$TEST_FILTER" 2>&1
+	rc=$?
+	[ $rc -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test exited with status $rc"
+	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite"
+	unload p2pclient
+	unload nvsim
+}
+
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
 # A client that takes its own lock in the free callback while calling nvsim
@@ -108,11 +128,13 @@ run_plan() {
 	t modversions-refuse-skewed-exporter test_modversions_refuse_skewed_exporter
 	t modversions-accept-matching-exporter test_modversions_accept_matching_exporter
 	kunit_results gdrpeer_range
+	kunit_results gdrpeer_cache
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
 	t gdrpeer-get-version test_get_version
 	t rmmod-order test_rmmod_order
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
+	gdrpeer_suite
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs

@@ -18,6 +18,19 @@ demo_chain() {
 	cat /proc/modules
 }
 
+demo_pin_cache_revoke() {
+	echo "# nvsim, then gdrpeer; the edu device is the DMA peer"
+	load $M/nvsim.ko || fail "nvsim"
+	load $M/gdrpeer.ko || fail "gdrpeer"
+	gdrpeer-test --demo || fail "demo"
+	echo "# gdrpeer's global counters (debugfs gdrpeer/stats)"
+	cat /sys/kernel/debug/gdrpeer/stats
+	echo "# and through the STATS ioctl"
+	gdrpeer stats || fail "gdrpeer stats"
+	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}
+
 run_plan() {
 	t demo-load-version-unload demo_chain
+	t demo-pin-cache-revoke demo_pin_cache_revoke
 }

@@ -2,8 +2,9 @@
 
 //! `gdrpeer`: look at the gdrpeer module from the command line.
 
-use clap::{Parser, Subcommand};
-use std::process::ExitCode;
+use clap::{Args, Parser, Subcommand};
+use gdrpeer::{Device, PciAddress, PinFlags, PinGuard};
+use std::{process::ExitCode, thread, time::Duration};
 
 #[derive(Parser)]
 #[command(version, about = "Inspect and exercise the gdrpeer kernel module")]
@@ -19,10 +20,83 @@ struct Cli {
 enum Command {
     /// Show the module's ABI and the nv-p2p versions it was built for.
     Info,
+    /// Pin GPU memory, show the window, and unpin it.
+    Pin {
+        #[command(flatten)]
+        pin: PinArgs,
+        /// Also print the pages' bus addresses (needs CAP_SYS_RAWIO).
+        #[arg(long)]
+        pages: bool,
+        /// Keep the memory pinned this many seconds before unpinning.
+        #[arg(long, value_name = "SECONDS")]
+        hold: Option<u64>,
+    },
+    /// Pin GPU memory and print its pages' bus (BAR1) addresses, one a line.
+    Pages {
+        #[command(flatten)]
+        pin: PinArgs,
+    },
+    /// Pin GPU memory and print its pages' DMA addresses as a PCI device sees them.
+    DmaMap {
+        #[command(flatten)]
+        pin: PinArgs,
+        /// The peer device, as lspci writes it: [DDDD:]BB:DD.F.
+        pci: PciAddress,
+    },
+    /// Print this file's and all registration caches' counters, "name value" a line.
+    Stats,
+}
+
+/// What to pin.
+#[derive(Args)]
+struct PinArgs {
+    /// GPU virtual address (decimal, or hex with 0x).
+    #[arg(value_parser = parse_number)]
+    va: u64,
+    /// Length in bytes (decimal, or hex with 0x).
+    #[arg(value_parser = parse_number)]
+    len: u64,
+    /// Pin without a free callback, so the driver never revokes it.
+    #[arg(long)]
+    persistent: bool,
+}
+
+impl PinArgs {
+    fn pin<'a>(&self, dev: &'a Device) -> Result<PinGuard<'a>, gdrpeer::Error> {
+        let flags = if self.persistent {
+            PinFlags::PERSISTENT
+        } else {
+            PinFlags::empty()
+        };
+        dev.pin_guard(self.va, self.len, flags)
+    }
+}
+
+/// A decimal number, or a hex one after 0x.
+fn parse_number(s: &str) -> Result<u64, String> {
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None => (s, 10),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err("not a number: expected decimal digits, or hex ones after 0x".into());
+    }
+    u64::from_str_radix(digits, radix).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout and succeed; usage errors fail with status 1.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -33,8 +107,8 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> Result<(), gdrpeer::Error> {
-    let dev = gdrpeer::Device::open(&cli.device)?;
-    match cli.command {
+    let dev = Device::open(&cli.device)?;
+    match &cli.command {
         Command::Info => {
             let v = dev.version();
             println!("device:               {}", cli.device);
@@ -47,6 +121,114 @@ fn run(cli: &Cli) -> Result<(), gdrpeer::Error> {
             println!("nv-p2p page table:    {:#010x}", v.nv_page_table);
             println!("nv-p2p DMA mapping:   {:#010x}", v.nv_dma_mapping);
         }
+        Command::Pin { pin, pages, hold } => {
+            let guard = pin.pin(&dev)?;
+            println!("handle:     {}", guard.handle);
+            println!("aligned va: {:#x}", guard.aligned_va);
+            println!("offset:     {:#x}", guard.offset);
+            println!("pages:      {}", guard.page_count);
+            println!("page size:  {}", guard.page_size);
+            if *pages {
+                print_addresses(&dev.get_pages(guard.handle)?);
+            }
+            if let Some(secs) = hold {
+                thread::sleep(Duration::from_secs(*secs));
+            }
+            guard.unpin()?;
+        }
+        Command::Pages { pin } => {
+            let guard = pin.pin(&dev)?;
+            print_addresses(&dev.get_pages(guard.handle)?);
+            guard.unpin()?;
+        }
+        Command::DmaMap { pin, pci } => {
+            let guard = pin.pin(&dev)?;
+            print_addresses(&dev.dma_map(guard.handle, *pci)?);
+            guard.unpin()?;
+        }
+        Command::Stats => {
+            let stats = dev.stats()?;
+            println!("handles {}", stats.handles);
+            for (scope, counters) in [("file", stats.file), ("global", stats.global)] {
+                for (name, value) in counters.counters() {
+                    println!("{scope}.{name} {value}");
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// One address a line, in hex.
+fn print_addresses(addrs: &[u64]) {
+    for a in addrs {
+        println!("{a:#x}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn numbers_are_decimal_or_0x_hex() {
+        assert_eq!(parse_number("4096"), Ok(4096));
+        assert_eq!(parse_number("0x7f0000001000"), Ok(0x7f00_0000_1000));
+        assert_eq!(parse_number("0XfF"), Ok(0xff));
+        assert_eq!(parse_number("0xffffffffffffffff"), Ok(u64::MAX));
+        for bad in [
+            "",
+            "0x",
+            "ff",
+            "+1",
+            "-1",
+            "0x+1",
+            "1 ",
+            "0x1_0",
+            "0x10000000000000000",
+        ] {
+            assert!(parse_number(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn subcommands_parse() {
+        let cli = Cli::try_parse_from([
+            "gdrpeer",
+            "pin",
+            "0x10000",
+            "4096",
+            "--persistent",
+            "--pages",
+            "--hold",
+            "5",
+        ])
+        .unwrap();
+        let Command::Pin { pin, pages, hold } = cli.command else {
+            panic!("not pin");
+        };
+        assert_eq!((pin.va, pin.len, pin.persistent), (0x10000, 4096, true));
+        assert_eq!((pages, hold), (true, Some(5)));
+
+        let cli = Cli::try_parse_from(["gdrpeer", "dma-map", "0x1000", "1", "3b:00.1"]).unwrap();
+        let Command::DmaMap { pin, pci } = cli.command else {
+            panic!("not dma-map");
+        };
+        assert_eq!((pin.va, pin.len, pin.persistent), (0x1000, 1, false));
+        assert_eq!(pci.to_string(), "0000:3b:00.1");
+
+        let err = Cli::try_parse_from(["gdrpeer", "dma-map", "0", "1", "3b:00"])
+            .err()
+            .unwrap();
+        assert!(err.use_stderr());
+        assert!(err.to_string().contains("bad PCI address"), "{err}");
+        assert!(Cli::try_parse_from(["gdrpeer", "pages", "zz", "1"]).is_err());
+        assert!(Cli::try_parse_from(["gdrpeer", "stats"]).is_ok());
+    }
 }

@@ -5,13 +5,32 @@
 //! ```no_run
 //! let dev = gdrpeer::Device::open_default()?;
 //! println!("gdrpeer ABI {}", dev.version().abi_string());
+//! # let (va, len) = (0, 0);
+//! let pin = dev.pin_guard(va, len, gdrpeer::PinFlags::empty())?;
+//! for addr in dev.get_pages(pin.handle)? {
+//!     println!("{addr:#x}");
+//! }
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
 
+mod pci;
 pub mod uapi;
 
-use rustix::{fd::OwnedFd, io::Errno, ioctl};
-use std::path::{Path, PathBuf};
+pub use pci::{ParsePciAddressError, PciAddress};
+pub use uapi::CacheStats;
+
+use rustix::{
+    fd::{AsFd, BorrowedFd, OwnedFd},
+    io::Errno,
+    ioctl::{self, Opcode},
+};
+use std::{
+    fmt,
+    marker::PhantomData,
+    mem::ManuallyDrop,
+    ops::{BitOr, Deref},
+    path::{Path, PathBuf},
+};
 
 /// Path of the gdrpeer device node.
 pub const DEFAULT_PATH: &str = "/dev/gdrpeer";
@@ -38,10 +57,10 @@ pub enum Error {
         module: u32,
     },
     /// An ioctl failed.
-    #[error("{op}: {errno}")]
+    #[error("{op}: {errno}{hint}", hint = ioctl_hint(*.op, *.errno))]
     Ioctl {
-        /// What was being done.
-        op: &'static str,
+        /// The ioctl that failed.
+        op: Op,
         /// The errno the module returned.
         errno: Errno,
     },
@@ -57,6 +76,24 @@ fn open_hint(errno: Errno) -> &'static str {
     }
 }
 
+/// What `errno` means for `op`, where the uAPI gives it a meaning.
+fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
+    match (op, errno) {
+        (Op::GetVersion, _) => "",
+        (_, Errno::ACCESS) => " (the file belongs to another process)",
+        (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
+        (_, Errno::INVAL) => " (bad size, flags, length or handle)",
+        (Op::GetPages | Op::DmaMap, Errno::PERM) => " (needs CAP_SYS_RAWIO)",
+        (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
+            " (the address array is shorter than the window)"
+        }
+        (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
+        (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
+        (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
+        _ => "",
+    }
+}
+
 impl Error {
     /// The errno behind this error, if the kernel gave one.
     pub fn errno(&self) -> Option<Errno> {
@@ -64,6 +101,40 @@ impl Error {
             Error::Open { errno, .. } | Error::Ioctl { errno, .. } => Some(*errno),
             Error::AbiMismatch { .. } => None,
         }
+    }
+}
+
+/// The gdrpeer ioctls, as [`Error::Ioctl`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `GDRPEER_IOCTL_GET_VERSION`.
+    GetVersion,
+    /// `GDRPEER_IOCTL_PIN`.
+    Pin,
+    /// `GDRPEER_IOCTL_UNPIN`.
+    Unpin,
+    /// `GDRPEER_IOCTL_GET_INFO`.
+    GetInfo,
+    /// `GDRPEER_IOCTL_GET_PAGES`.
+    GetPages,
+    /// `GDRPEER_IOCTL_DMA_MAP`.
+    DmaMap,
+    /// `GDRPEER_IOCTL_STATS`.
+    Stats,
+}
+
+/// The ioctl's name without `GDRPEER_IOCTL_`.
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::GetVersion => "GET_VERSION",
+            Op::Pin => "PIN",
+            Op::Unpin => "UNPIN",
+            Op::GetInfo => "GET_INFO",
+            Op::GetPages => "GET_PAGES",
+            Op::DmaMap => "DMA_MAP",
+            Op::Stats => "STATS",
+        })
     }
 }
 
@@ -85,7 +156,154 @@ impl ModuleVersion {
     }
 }
 
+/// Flags of [`Device::pin`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PinFlags(u32);
+
+impl PinFlags {
+    /// No free callback: the driver never revokes the pin (needs driver support).
+    pub const PERSISTENT: Self = PinFlags(uapi::PIN_PERSISTENT);
+
+    /// No flags: an ordinary pin, which the driver revokes when the memory is freed.
+    pub const fn empty() -> Self {
+        PinFlags(0)
+    }
+
+    /// The `GDRPEER_PIN_*` bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for PinFlags {
+    type Output = Self;
+
+    fn bitor(self, other: Self) -> Self {
+        PinFlags(self.0 | other.0)
+    }
+}
+
+/// A pinned window of GPU memory, as [`Device::pin`] reports it.
+///
+/// The window is the request widened to whole GPU pages; the caller's
+/// address is `aligned_va + offset`. It stays pinned until
+/// [`Device::unpin`] or until the device is closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// Names the pin in later calls.
+    pub handle: u64,
+    /// The window's start: the requested address rounded down to `page_size`.
+    pub aligned_va: u64,
+    /// The requested address minus `aligned_va`.
+    pub offset: u64,
+    /// Pages in the window.
+    pub page_count: u32,
+    /// The GPU page size in bytes.
+    pub page_size: u32,
+}
+
+/// A [`Pin`] that unpins itself when dropped, ignoring errors.
+#[derive(Debug)]
+pub struct PinGuard<'a> {
+    dev: &'a Device,
+    pin: Pin,
+}
+
+impl PinGuard<'_> {
+    /// Unpins now, reporting the error that dropping would ignore.
+    pub fn unpin(self) -> Result<(), Error> {
+        let guard = ManuallyDrop::new(self);
+        guard.dev.unpin(guard.pin.handle)
+    }
+
+    /// Keeps the window pinned past the guard; the caller unpins it.
+    pub fn into_pin(self) -> Pin {
+        ManuallyDrop::new(self).pin
+    }
+}
+
+impl Deref for PinGuard<'_> {
+    type Target = Pin;
+
+    fn deref(&self) -> &Pin {
+        &self.pin
+    }
+}
+
+impl Drop for PinGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.dev.unpin(self.pin.handle);
+    }
+}
+
+/// Whether a handle's memory is still pinned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PinState {
+    /// Pinned; the addresses are usable.
+    Valid,
+    /// The driver freed the memory; the handle stays until it is unpinned.
+    Revoked,
+    /// A state this library does not know (from a newer module).
+    Unknown(u32),
+}
+
+/// What [`Device::info`] reports about a handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleInfo {
+    /// Whether the memory is still pinned.
+    pub state: PinState,
+    /// The window's start, as [`Device::pin`] reported it.
+    pub aligned_va: u64,
+    /// The caller's offset into the window.
+    pub offset: u64,
+    /// Pages in the window.
+    pub page_count: u32,
+    /// The GPU page size in bytes.
+    pub page_size: u32,
+    /// Start of the cached region that serves the window.
+    pub region_va: u64,
+    /// Length of that region in bytes.
+    pub region_len: u64,
+    /// Whether the region was pinned with [`PinFlags::PERSISTENT`].
+    pub persistent: bool,
+}
+
+/// What [`Device::stats`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// This file's live handles.
+    pub handles: u64,
+    /// This file's registration cache.
+    pub file: CacheStats,
+    /// All registration caches together; `deferred` counts those still waiting.
+    pub global: CacheStats,
+}
+
+impl CacheStats {
+    /// Every counter with its name, in the uAPI's order.
+    pub fn counters(&self) -> [(&'static str, u64); 8] {
+        [
+            ("regions", self.regions),
+            ("pinned_bytes", self.pinned_bytes),
+            ("hits", self.hits),
+            ("misses", self.misses),
+            ("evictions_limit", self.evictions_limit),
+            ("evictions_enomem", self.evictions_enomem),
+            ("callbacks", self.callbacks),
+            ("deferred", self.deferred),
+        ]
+    }
+}
+
 /// An open `/dev/gdrpeer`, checked to speak a compatible ABI.
+///
+/// Every call but [`Device::get_version`] must come from the process that
+/// opened the device.
 #[derive(Debug)]
 pub struct Device {
     fd: OwnedFd,
@@ -128,6 +346,121 @@ impl Device {
     pub fn get_version(&self) -> Result<ModuleVersion, Error> {
         query_version(&self.fd)
     }
+
+    /// Pins `[va, va + len)` of GPU memory, widened to whole GPU pages.
+    pub fn pin(&self, va: u64, len: u64, flags: PinFlags) -> Result<Pin, Error> {
+        let mut p = uapi::Pin {
+            flags: flags.bits(),
+            va,
+            len,
+            ..uapi::Pin::new()
+        };
+        call(&self.fd, &mut p)?;
+        Ok(Pin {
+            handle: p.handle,
+            aligned_va: p.aligned_va,
+            offset: p.offset,
+            page_count: p.page_count,
+            page_size: p.page_size,
+        })
+    }
+
+    /// [`Device::pin`], unpinned when the guard is dropped.
+    pub fn pin_guard(&self, va: u64, len: u64, flags: PinFlags) -> Result<PinGuard<'_>, Error> {
+        Ok(PinGuard {
+            dev: self,
+            pin: self.pin(va, len, flags)?,
+        })
+    }
+
+    /// Releases `handle`; its region may stay cached for later pins.
+    pub fn unpin(&self, handle: u64) -> Result<(), Error> {
+        call(
+            &self.fd,
+            &mut uapi::Unpin {
+                handle,
+                ..uapi::Unpin::new()
+            },
+        )
+    }
+
+    /// Describes `handle`: its window, state and the region that serves it.
+    pub fn info(&self, handle: u64) -> Result<HandleInfo, Error> {
+        let mut i = uapi::Info {
+            handle,
+            ..uapi::Info::new()
+        };
+        call(&self.fd, &mut i)?;
+        Ok(HandleInfo {
+            state: match i.state {
+                uapi::STATE_VALID => PinState::Valid,
+                uapi::STATE_REVOKED => PinState::Revoked,
+                other => PinState::Unknown(other),
+            },
+            aligned_va: i.aligned_va,
+            offset: i.offset,
+            page_count: i.page_count,
+            page_size: i.page_size,
+            region_va: i.region_va,
+            region_len: i.region_len,
+            persistent: i.flags & uapi::PIN_PERSISTENT != 0,
+        })
+    }
+
+    /// The bus (BAR1) addresses of `handle`'s pages. Needs `CAP_SYS_RAWIO`.
+    pub fn get_pages(&self, handle: u64) -> Result<Vec<u64>, Error> {
+        self.addresses(handle, uapi::GetPages::new())
+    }
+
+    /// The DMA addresses of `handle`'s pages as the PCI device `peer` sees
+    /// them, mapping the region for it on first use. Needs `CAP_SYS_RAWIO`.
+    pub fn dma_map(&self, handle: u64, peer: PciAddress) -> Result<Vec<u64>, Error> {
+        self.addresses(
+            handle,
+            uapi::DmaMap {
+                pci_domain: peer.domain,
+                pci_bus: peer.bus,
+                pci_devfn: peer.devfn,
+                ..uapi::DmaMap::new()
+            },
+        )
+    }
+
+    /// The counters of this file's registration cache and of all of them.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let mut s = uapi::Stats::new();
+        call(&self.fd, &mut s)?;
+        Ok(Stats {
+            handles: s.handles,
+            file: s.file,
+            global: s.global,
+        })
+    }
+
+    /// Runs GET_PAGES or DMA_MAP (`arg`) for `handle` into an array sized
+    /// by GET_INFO, and returns the entries the module wrote.
+    fn addresses<const OPCODE: Opcode, T: AddrsArg>(
+        &self,
+        handle: u64,
+        arg: T,
+    ) -> Result<Vec<u64>, Error>
+    where
+        for<'a> WithAddrs<'a, T>: IoctlArg<OPCODE>,
+    {
+        let mut addrs = vec![0; self.info(handle)?.page_count as usize];
+        let mut with = WithAddrs::new(arg, handle, &mut addrs);
+        call(&self.fd, &mut with)?;
+        let written = *with.arg.fields().1 as usize;
+        addrs.truncate(written);
+        Ok(addrs)
+    }
+}
+
+/// The device's file descriptor, for calls this library does not wrap.
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 /// Same major, and a minor at least ours: with equal majors that is comparing the words.
@@ -136,27 +469,100 @@ fn abi_compatible(module: u32) -> bool {
 }
 
 fn query_version(fd: &OwnedFd) -> Result<ModuleVersion, Error> {
-    let mut v = uapi::Version {
-        size: size_of::<uapi::Version>() as u32,
-        ..Default::default()
-    };
-    // SAFETY: IOCTL_GET_VERSION reads and writes exactly one `uapi::Version`, which is what
-    // the Updater passes.
-    unsafe {
-        ioctl::ioctl(
-            fd,
-            ioctl::Updater::<{ uapi::IOCTL_GET_VERSION }, uapi::Version>::new(&mut v),
-        )
-    }
-    .map_err(|errno| Error::Ioctl {
-        op: "GET_VERSION",
-        errno,
-    })?;
+    let mut v = uapi::Version::new();
+    call(fd, &mut v)?;
     Ok(ModuleVersion {
         abi: v.abi_version,
         nv_page_table: v.nv_page_table_version,
         nv_dma_mapping: v.nv_dma_mapping_version,
     })
+}
+
+/// An argument of the gdrpeer ioctl `OPCODE`.
+///
+/// # Safety
+///
+/// `OPCODE` must take a `Self` (reading it and perhaps writing it back), and
+/// any other user memory it accesses must be borrowed by `Self` for as long as
+/// `Self` lives.
+unsafe trait IoctlArg<const OPCODE: Opcode> {
+    /// The ioctl, for errors.
+    const OP: Op;
+}
+
+/// Implements [`IoctlArg`] for the uAPI structs that hold no pointers.
+macro_rules! plain_args {
+    ($($t:ident: $opcode:ident, $op:ident;)*) => {$(
+        // SAFETY: `$opcode` takes a `uapi::$t`, which holds no pointers, so it accesses no
+        // other user memory.
+        unsafe impl IoctlArg<{ uapi::$opcode }> for uapi::$t {
+            const OP: Op = Op::$op;
+        }
+    )*};
+}
+plain_args! {
+    Version: IOCTL_GET_VERSION, GetVersion;
+    Pin: IOCTL_PIN, Pin;
+    Unpin: IOCTL_UNPIN, Unpin;
+    Info: IOCTL_GET_INFO, GetInfo;
+    Stats: IOCTL_STATS, Stats;
+}
+
+/// The uAPI structs that return an address array: GET_PAGES and DMA_MAP.
+trait AddrsArg {
+    /// The `handle`, `count` and `addrs` fields.
+    fn fields(&mut self) -> (&mut u64, &mut u32, &mut u64);
+}
+
+/// An [`AddrsArg`] whose `addrs` and `count` describe an array it borrows,
+/// laid out as the uAPI struct itself.
+#[repr(transparent)]
+struct WithAddrs<'a, T> {
+    arg: T,
+    array: PhantomData<&'a mut [u64]>,
+}
+
+impl<'a, T: AddrsArg> WithAddrs<'a, T> {
+    /// `arg` for `handle`, its results to go to `array`.
+    fn new(mut arg: T, handle: u64, array: &'a mut [u64]) -> Self {
+        let (h, count, addrs) = arg.fields();
+        *h = handle;
+        *count = u32::try_from(array.len()).unwrap_or(u32::MAX);
+        *addrs = array.as_mut_ptr().expose_provenance() as u64;
+        WithAddrs {
+            arg,
+            array: PhantomData,
+        }
+    }
+}
+
+/// Implements [`AddrsArg`], and [`IoctlArg`] for its [`WithAddrs`].
+macro_rules! addrs_args {
+    ($($t:ident: $opcode:ident, $op:ident;)*) => {$(
+        impl AddrsArg for uapi::$t {
+            fn fields(&mut self) -> (&mut u64, &mut u32, &mut u64) {
+                (&mut self.handle, &mut self.count, &mut self.addrs)
+            }
+        }
+        // SAFETY: `$opcode` takes a `uapi::$t`, which `WithAddrs` is laid out as, and writes at
+        // most `count` entries at `addrs`. Only `WithAddrs::new` makes one, pointing them at
+        // an array it borrows mutably for its lifetime, and nothing changes them after.
+        unsafe impl IoctlArg<{ uapi::$opcode }> for WithAddrs<'_, uapi::$t> {
+            const OP: Op = Op::$op;
+        }
+    )*};
+}
+addrs_args! {
+    GetPages: IOCTL_GET_PAGES, GetPages;
+    DmaMap: IOCTL_DMA_MAP, DmaMap;
+}
+
+/// Runs the ioctl that takes `arg`.
+fn call<const OPCODE: Opcode, T: IoctlArg<OPCODE>>(fd: &OwnedFd, arg: &mut T) -> Result<(), Error> {
+    // SAFETY: `IoctlArg<OPCODE>` promises that `OPCODE` takes a `T`, which the Updater
+    // passes, and accesses no user memory that `arg` does not borrow.
+    unsafe { ioctl::ioctl(fd, ioctl::Updater::<OPCODE, T>::new(arg)) }
+        .map_err(|errno| Error::Ioctl { op: T::OP, errno })
 }
 
 #[cfg(test)]
@@ -175,5 +581,88 @@ mod tests {
             "another major is not"
         );
         assert!(!abi_compatible((uapi::ABI_MAJOR - 1) << 16 | 0xffff));
+    }
+
+    #[test]
+    fn ioctl_errors_say_what_the_errno_means() {
+        let msg = |op, errno| Error::Ioctl { op, errno }.to_string();
+        let hint = |op, errno| {
+            let m = msg(op, errno);
+            let prefix = format!("{op}: {errno}");
+            assert!(m.starts_with(&prefix), "{m}");
+            m[prefix.len()..].to_string()
+        };
+        for op in [
+            Op::Pin,
+            Op::Unpin,
+            Op::GetInfo,
+            Op::GetPages,
+            Op::DmaMap,
+            Op::Stats,
+        ] {
+            assert_eq!(
+                hint(op, Errno::ACCESS),
+                " (the file belongs to another process)"
+            );
+            assert_eq!(
+                hint(op, Errno::NXIO),
+                " (the GPU memory was freed (revoked): unpin the handle)"
+            );
+            assert_eq!(
+                hint(op, Errno::INVAL),
+                " (bad size, flags, length or handle)"
+            );
+            assert_eq!(hint(op, Errno::BADF), "");
+        }
+        for op in [Op::GetPages, Op::DmaMap] {
+            assert_eq!(hint(op, Errno::PERM), " (needs CAP_SYS_RAWIO)");
+            assert_eq!(
+                hint(op, Errno::NOSPC),
+                " (the address array is shorter than the window)"
+            );
+        }
+        assert_eq!(
+            hint(Op::Pin, Errno::NOMEM),
+            " (no BAR1 space, even after evicting unused regions)"
+        );
+        assert_eq!(
+            hint(Op::Pin, Errno::OPNOTSUPP),
+            " (the NVIDIA driver does not support persistent pins)"
+        );
+        assert_eq!(hint(Op::DmaMap, Errno::NODEV), " (no such PCI device)");
+        // Meanings the uAPI gives only to other ioctls.
+        assert_eq!(hint(Op::Pin, Errno::PERM), "");
+        assert_eq!(hint(Op::Stats, Errno::NOMEM), "");
+        assert_eq!(hint(Op::GetPages, Errno::NODEV), "");
+        assert_eq!(hint(Op::GetVersion, Errno::ACCESS), "");
+        assert_eq!(
+            msg(Op::DmaMap, Errno::NODEV),
+            format!("DMA_MAP: {} (no such PCI device)", Errno::NODEV)
+        );
+    }
+
+    #[test]
+    fn pin_flags() {
+        assert_eq!(PinFlags::default(), PinFlags::empty());
+        assert_eq!(PinFlags::PERSISTENT.bits(), uapi::PIN_PERSISTENT);
+        assert!((PinFlags::empty() | PinFlags::PERSISTENT).contains(PinFlags::PERSISTENT));
+        assert!(!PinFlags::empty().contains(PinFlags::PERSISTENT));
+    }
+
+    #[test]
+    fn addresses_argument_describes_its_array() {
+        let mut array = [0u64; 3];
+        let ptr = array.as_mut_ptr() as u64;
+        let with = WithAddrs::new(uapi::GetPages::new(), 7, &mut array);
+        assert_eq!(size_of_val(&with), size_of::<uapi::GetPages>());
+        assert_eq!(
+            with.arg,
+            uapi::GetPages {
+                size: size_of::<uapi::GetPages>() as u32,
+                count: 3,
+                handle: 7,
+                addrs: ptr,
+            }
+        );
     }
 }

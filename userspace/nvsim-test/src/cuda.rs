@@ -3,8 +3,8 @@
 //! Tests of the simulated libcuda, loaded as a program would load real CUDA:
 //! `libcuda.so.1` by name, found through LD_LIBRARY_PATH.
 
-use crate::harness::{client, stat, TestResult};
-use crate::{check, check_eq};
+use nvsim::testing::{self as harness, client, stat, TestResult};
+use nvsim::{check, check_eq};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 type Res = c_uint;
@@ -236,7 +236,7 @@ pub fn p2p_tokens_pin() -> TestResult {
         .output()
         .map_err(|e| e.to_string())?;
     let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let handle = crate::harness::parse_pin(&out)
+    let handle = harness::parse_pin(&out)
         .and_then(|r| r.ok())
         .ok_or(format!("pin by token: {out}"))?
         .handle;

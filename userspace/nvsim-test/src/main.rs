@@ -7,10 +7,12 @@
 //! Every test ends by checking that nvsim's counters are back to zero.
 
 mod cuda;
-mod harness;
 
-use harness::{client, debugfs, errno, pin, stat, status, TestResult};
+use nvsim::testing::{
+    self as harness, client, debugfs, errno, pin, stat, status, Test, TestResult,
+};
 use nvsim::Gpu;
+use nvsim::{check, check_eq};
 use std::process::{Command, ExitCode};
 
 const K64: u64 = 1 << 16;
@@ -346,8 +348,6 @@ fn free_fired_while_a_pin_is_in_progress() -> TestResult {
 }
 
 /// A named test.
-type Test = (&'static str, fn() -> TestResult);
-
 const TESTS: &[Test] = &[
     ("nvsim-alignment-of-va-and-len", alignment_of_va_and_len),
     ("nvsim-null-callback-rejected", null_callback_rejected),
@@ -504,21 +504,6 @@ fn lockdep_inversion() -> TestResult {
     gpu.free(va).map_err(errno)
 }
 
-/// Everything a test leaves behind must be gone.
-fn counters_back_to_zero() -> TestResult {
-    for c in [
-        "allocations_live",
-        "pins_live",
-        "persistent_pins_live",
-        "dma_mappings_live",
-        "bar1_used",
-        "client_errors",
-    ] {
-        check_eq!(stat(c)?, 0, c);
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() == 2 && args[0] == "--client" {
@@ -535,23 +520,7 @@ fn main() -> ExitCode {
         };
     }
     let filter = args.first().cloned().unwrap_or_default();
-    let mut failed = 0;
-    // "a|b": the tests whose names contain a or b.
-    let wanted = |name: &str| filter.split('|').any(|f| name.contains(f));
-    for (name, test) in TESTS.iter().filter(|(n, _)| wanted(n)) {
-        println!("--- {name}");
-        // Kernel reports during the test are charged to it (tests/vm/report).
-        let _ = std::fs::write("/dev/kmsg", format!("gdrpeer-test: begin {name}"));
-        match test().and_then(|()| counters_back_to_zero()) {
-            Ok(()) => println!("@@ RESULT PASS {name}"),
-            Err(e) => {
-                failed += 1;
-                println!("FAIL: {e}");
-                println!("@@ RESULT FAIL {name} {e}");
-            }
-        }
-    }
-    if failed == 0 {
+    if harness::run_tests(TESTS, &filter, harness::nvsim_counters_back_to_zero) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

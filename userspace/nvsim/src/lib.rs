@@ -4,6 +4,8 @@
 //!
 //! Used by nvsim's tests and by the simulated libcuda.
 
+pub mod testing;
+
 use rustix::{
     fd::{AsFd, OwnedFd},
     fs::{open, Mode, OFlags},

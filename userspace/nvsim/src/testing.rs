@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! nvsim's debugfs and p2pclient's command file.
+//! What the in-guest test programs share: nvsim's debugfs, p2pclient's command file, the
+//! check macros and the test runner.
 
 use std::{collections::HashMap, io::Write, os::unix::fs::FileExt};
 
@@ -129,4 +130,44 @@ macro_rules! check_eq {
             return Err(format!("{}: got {:?}, expected {:?}", $what, a, b));
         }
     }};
+}
+
+/// nvsim's live counters that every test must leave at zero.
+pub fn nvsim_counters_back_to_zero() -> TestResult {
+    for c in [
+        "allocations_live",
+        "pins_live",
+        "persistent_pins_live",
+        "dma_mappings_live",
+        "bar1_used",
+        "client_errors",
+    ] {
+        check_eq!(stat(c)?, 0, c);
+    }
+    Ok(())
+}
+
+/// A named test.
+pub type Test = (&'static str, fn() -> TestResult);
+
+/// Runs the tests whose names contain one of the `|`-separated parts of `filter`, each
+/// followed by `after` (the leak checks), printing `@@ RESULT PASS|FAIL name` lines.
+/// Returns whether all passed.
+pub fn run_tests(tests: &[Test], filter: &str, after: fn() -> TestResult) -> bool {
+    let mut failed = 0;
+    let wanted = |name: &str| filter.split('|').any(|f| name.contains(f));
+    for (name, test) in tests.iter().filter(|(n, _)| wanted(n)) {
+        println!("--- {name}");
+        // Kernel reports during the test are charged to it (tests/vm/report).
+        let _ = std::fs::write("/dev/kmsg", format!("gdrpeer-test: begin {name}"));
+        match test().and_then(|()| after()) {
+            Ok(()) => println!("@@ RESULT PASS {name}"),
+            Err(e) => {
+                failed += 1;
+                println!("FAIL: {e}");
+                println!("@@ RESULT FAIL {name} {e}");
+            }
+        }
+    }
+    failed == 0
 }
