@@ -91,16 +91,8 @@ impl GlobalStats {
 
     /// Formats the counters (debugfs `gdrpeer/stats`).
     pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.snapshot();
         writeln!(f, "contexts {}", self.contexts.load(Relaxed))?;
-        writeln!(f, "pinned_bytes {}", s.pinned_bytes)?;
-        writeln!(f, "regions {}", s.regions)?;
-        writeln!(f, "hits {}", s.hits)?;
-        writeln!(f, "misses {}", s.misses)?;
-        writeln!(f, "evictions_limit {}", s.evictions_limit)?;
-        writeln!(f, "evictions_enomem {}", s.evictions_enomem)?;
-        writeln!(f, "callbacks {}", s.callbacks)?;
-        writeln!(f, "deferred_releases {}", s.deferred)
+        self.snapshot().show(f)
     }
 }
 
@@ -117,6 +109,20 @@ pub(crate) struct Stats {
     pub(crate) pinned_bytes: u64,
     pub(crate) regions: u64,
     pub(crate) handles: u64,
+}
+
+impl Stats {
+    /// Formats the counters that contexts and the global view share, `name value` per line.
+    fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "pinned_bytes {}", self.pinned_bytes)?;
+        writeln!(f, "regions {}", self.regions)?;
+        writeln!(f, "hits {}", self.hits)?;
+        writeln!(f, "misses {}", self.misses)?;
+        writeln!(f, "evictions_limit {}", self.evictions_limit)?;
+        writeln!(f, "evictions_enomem {}", self.evictions_enomem)?;
+        writeln!(f, "callbacks {}", self.callbacks)?;
+        writeln!(f, "deferred_releases {}", self.deferred)
+    }
 }
 
 /// A user's pin: a window of a region (the request rounded to 64 KiB pages).
@@ -451,16 +457,9 @@ impl Context {
     /// Formats the context's counters (debugfs `stats`).
     pub(crate) fn show_stats(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.stats();
-        writeln!(f, "pinned_bytes {}", s.pinned_bytes)?;
-        writeln!(f, "regions {}", s.regions)?;
         writeln!(f, "handles {}", s.handles)?;
-        writeln!(f, "hits {}", s.hits)?;
-        writeln!(f, "misses {}", s.misses)?;
         writeln!(f, "merges {}", s.merges)?;
-        writeln!(f, "evictions_limit {}", s.evictions_limit)?;
-        writeln!(f, "evictions_enomem {}", s.evictions_enomem)?;
-        writeln!(f, "callbacks {}", s.callbacks)?;
-        writeln!(f, "deferred_releases {}", s.deferred)
+        s.show(f)
     }
 
     /// Lists the context's regions (debugfs `regions`).

@@ -46,7 +46,8 @@ pub fn run() -> TestResult {
         println!("    page {i}: bus address {pa:#x}");
     }
     let dma = ok(d.dma_map(a.handle, edu()?), "dma_map")?;
-    println!("    DMA addresses for the edu device: {dma:#x?}");
+    let dma: Vec<String> = dma.iter().map(|a| format!("{a:#x}")).collect();
+    println!("    DMA addresses for the edu device: {}", dma.join(" "));
     println!(
         "    nvsim: {} pins, {} get_pages calls",
         stat("pins_live")?,
@@ -74,7 +75,7 @@ pub fn run() -> TestResult {
     println!("    handle {}: state {:?}", c.handle, info.state);
     match d.get_pages(c.handle) {
         Ok(p) => return Err(format!("pages of a revoked pin: {p:?}")),
-        Err(e) => println!("    GET_PAGES: {e}"),
+        Err(e) => println!("    {e}"),
     }
     println!(
         "    nvsim: {} pins, {} DMA mappings",
