@@ -58,7 +58,7 @@
 static unsigned int page_table_version = 0x00020000;
 module_param(page_table_version, uint, 0444);
 MODULE_PARM_DESC(page_table_version,
-		 "Page-table version to hand out: 0x00010002 (drivers up to 570) or 0x00020000 (580+)");
+		 "Page-table version to hand out: 0x00010002 (drivers up to 570), 0x00020000 (580+), or 0x00030000 (a future major, to test clients' version checks)");
 
 static unsigned int pin_cost_us = 100;
 module_param(pin_cost_us, uint, 0644);
@@ -1230,8 +1230,9 @@ static int __init nvsim_init(void)
 {
 	int ret;
 
-	if (page_table_version != 0x00010002 && page_table_version != 0x00020000) {
-		pr_err("page_table_version must be 0x00010002 or 0x00020000\n");
+	if (page_table_version != 0x00010002 && page_table_version != 0x00020000 &&
+	    page_table_version != 0x00030000) {
+		pr_err("page_table_version must be 0x00010002, 0x00020000 or 0x00030000\n");
 		return -EINVAL;
 	}
 	nvsim_wq = alloc_workqueue("nvsim", WQ_UNBOUND, 0);

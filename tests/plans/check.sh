@@ -56,7 +56,13 @@ test_rmmod_order() {
 # --- nvsim: the NVIDIA side behaves as the real driver does ----------------
 
 # nvsim-test reports one result per behaviour (Documentation/nvsim.rst).
+# Unloads the modules above and including nvsim, whatever the tests before left.
+unload_nv_stack() {
+	for m in gdrpeer p2pclient nvsim; do unload $m; done
+}
+
 nvsim_suite() {
+	unload_nv_stack
 	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL nvsim-load $*"; return; }
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL p2pclient-load"; unload nvsim; return; }
 	nvsim-test "${NVSIM_FILTER:-$TEST_FILTER}" >/tmp/nvsim-test.out 2>&1
@@ -71,19 +77,21 @@ nvsim_suite() {
 # --- gdrpeer against nvsim --------------------------------------------------
 
 # gdrpeer-test reports one result per case (Documentation/testing.rst). A small
-# region limit lets it see LRU eviction.
+# region limit lets it see LRU eviction. GDRPEER_FILTER picks the cases (the
+# plan's filter by default), GDRPEER_SUFFIX is appended to their names,
+# GDRPEER_PARAMS replaces gdrpeer.ko's parameters, and the arguments go to
+# nvsim.ko.
 gdrpeer_suite() {
-	unload gdrpeer
-	unload p2pclient
-	unload nvsim
-	load $M/nvsim.ko || { echo "@@ RESULT FAIL gdrpeer-suite nvsim-load"; return; }
+	unload_nv_stack
+	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL gdrpeer-suite$GDRPEER_SUFFIX nvsim-load"; return; }
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL gdrpeer-suite p2pclient-load"; unload nvsim; return; }
-	load $M/gdrpeer.ko cache_max_regions=4 ||
+	load $M/gdrpeer.ko ${GDRPEER_PARAMS:-cache_max_regions=4} ||
 		{ echo "@@ RESULT FAIL gdrpeer-suite gdrpeer-load"; unload p2pclient; unload nvsim; return; }
-	gdrpeer-test "$TEST_FILTER" 2>&1
-	rc=$?
-	[ $rc -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test exited with status $rc"
-	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite"
+	{ gdrpeer-test "${GDRPEER_FILTER:-$TEST_FILTER}" 2>&1; echo $? >/tmp/gdrpeer-test.rc; } |
+		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$GDRPEER_SUFFIX/"
+	rc=$(cat /tmp/gdrpeer-test.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test$GDRPEER_SUFFIX exited with status $rc"
+	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite$GDRPEER_SUFFIX"
 	unload p2pclient
 	unload nvsim
 }
@@ -134,7 +142,12 @@ run_plan() {
 	t rmmod-order test_rmmod_order
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
-	gdrpeer_suite
+	GDRPEER_FILTER="" GDRPEER_SUFFIX="" gdrpeer_suite
+	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
+		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
+	for v in 0x00010002 0x00030000; do
+		GDRPEER_FILTER=gdrpeer-table-version GDRPEER_SUFFIX=-$v gdrpeer_suite page_table_version=$v
+	done
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs

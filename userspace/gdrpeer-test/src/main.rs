@@ -11,7 +11,7 @@ mod demo;
 mod proc;
 
 use gdrpeer::{Device, PciAddress, PinFlags, PinState};
-use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult};
+use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
 use std::{
@@ -79,14 +79,19 @@ fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> Result<bool, Stri
     Ok(())
 }
 
-/// After every test: gdrpeer holds nothing (callback work included), nor does nvsim.
-fn all_released() -> TestResult {
+/// gdrpeer holds nothing: no context, region or deferred release (callback work included).
+fn gdrpeer_idle() -> TestResult {
     eventually(5, "gdrpeer idle", || {
         let s = gstats()?;
         Ok(["contexts", "regions", "pinned_bytes", "deferred_releases"]
             .iter()
             .all(|k| s.get(*k) == Some(&0)))
-    })?;
+    })
+}
+
+/// After every test: gdrpeer holds nothing, nor does nvsim.
+fn all_released() -> TestResult {
+    gdrpeer_idle()?;
     harness::nvsim_counters_back_to_zero()
 }
 
@@ -237,6 +242,33 @@ fn persistent_pins() -> TestResult {
     }
 }
 
+/// Page tables of majors 1 and 2 are read; any other is given back and the pin refused
+/// (run with nvsim's `page_table_version` at 2.0, 1.2 and 3.0).
+fn table_version_checked() -> TestResult {
+    let version = stat("page_table_version")?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    if matches!(version >> 16, 1 | 2) {
+        let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+        check_eq!(
+            ok(d.get_pages(p.handle), "pages")?,
+            p2pclient_addresses(va, 2 * K64)?,
+            "bus addresses"
+        );
+        ok(d.unpin(p.handle), "unpin")
+    } else {
+        let what = format!("pin with a {version:#010x} table");
+        check_eq!(
+            fails(d.pin(va, 2 * K64, PinFlags::empty()), &what)?,
+            Errno::OPNOTSUPP,
+            what
+        );
+        check_eq!(stat("pins_live")?, 0, "pins after refusing the table");
+        Ok(())
+    }
+}
+
 // --- The registration cache -------------------------------------------------------------
 
 fn contained_request_is_a_hit() -> TestResult {
@@ -361,6 +393,58 @@ fn lru_eviction_over_region_limit() -> TestResult {
     check_eq!((s.file.hits, s.file.misses), (1, limit + 3), "hits, misses");
     ok(d.unpin(first.handle), "unpin")?;
     ok(d.unpin(last.handle), "unpin")
+}
+
+/// Byte limits: per context, and the global budget that each context enforces on its own
+/// unused regions (run with `cache_max_bytes` = 4 pages and `global_max_bytes` = 6 pages).
+fn byte_limits() -> TestResult {
+    let (ctx_max, global_max) = (param("cache_max_bytes")?, param("global_max_bytes")?);
+    if (ctx_max, global_max) != (4 * K64, 6 * K64) {
+        return Err(format!(
+            "{SKIP}needs 4- and 6-page byte limits (the plan runs it so)"
+        ));
+    }
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(8 * K64).map_err(errno)?;
+    let (vb, _) = gpu.alloc(8 * K64).map_err(errno)?;
+    let a = dev()?;
+    for (start, pages) in [(0, 2), (2, 2), (4, 1)] {
+        let p = ok(
+            a.pin(va + start * K64, pages * K64, PinFlags::empty()),
+            "pin in A",
+        )?;
+        ok(a.unpin(p.handle), "unpin in A")?;
+    }
+    // Five pages cached in A: its least recently used region went.
+    let s = ok(a.stats(), "stats A")?.file;
+    check_eq!(
+        (s.pinned_bytes, s.evictions_limit),
+        (3 * K64, 1),
+        "A: bytes, evictions"
+    );
+    let b = dev()?;
+    let b1 = ok(b.pin(vb, 2 * K64, PinFlags::empty()), "pin in B")?;
+    let b2 = ok(b.pin(vb + 2 * K64, 2 * K64, PinFlags::empty()), "pin in B")?;
+    // Seven pages pinned in all, but B's regions are in use and A's are not B's to evict.
+    check_eq!(
+        gstat("pinned_bytes")?,
+        7 * K64,
+        "global bytes over the budget"
+    );
+    check_eq!(
+        ok(a.stats(), "stats A")?.file.pinned_bytes,
+        3 * K64,
+        "A untouched"
+    );
+    ok(b.unpin(b2.handle), "unpin in B")?;
+    let s = ok(b.stats(), "stats B")?.file;
+    check_eq!(
+        (s.pinned_bytes, s.evictions_limit),
+        (2 * K64, 1),
+        "B: bytes, evictions"
+    );
+    check_eq!(gstat("pinned_bytes")?, 5 * K64, "global bytes");
+    ok(b.unpin(b1.handle), "unpin in B")
 }
 
 fn bar1_exhaustion_evicts_and_retries() -> TestResult {
@@ -526,7 +610,8 @@ fn callback_during_close() -> TestResult {
         }
         debugfs("free", &format!("{id} {delay}"))?;
         drop(d);
-        all_released()?;
+        // The delayed free may come later; gdrpeer must be done either way.
+        gdrpeer_idle()?;
     }
     Ok(())
 }
@@ -632,6 +717,7 @@ const TESTS: &[Test] = &[
         get_pages_needs_room_and_rawio,
     ),
     ("gdrpeer-persistent-pins", persistent_pins),
+    ("gdrpeer-table-version-checked", table_version_checked),
     (
         "gdrpeer-contained-request-is-a-hit",
         contained_request_is_a_hit,
@@ -645,6 +731,7 @@ const TESTS: &[Test] = &[
         "gdrpeer-lru-eviction-over-region-limit",
         lru_eviction_over_region_limit,
     ),
+    ("gdrpeer-byte-limits", byte_limits),
     (
         "gdrpeer-bar1-exhaustion-evicts-and-retries",
         bar1_exhaustion_evicts_and_retries,
