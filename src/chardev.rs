@@ -293,7 +293,7 @@ fn copy_pages(
         if count < n {
             return Err(ENOSPC);
         }
-        let mut out = KVec::with_capacity(n as usize, GFP_KERNEL)?;
+        let mut out = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
         let first = policy::first_page(region.pinned().range(), window);
         region.pinned().copy_addresses(peer, first, &mut out)?;
         Ok(out)

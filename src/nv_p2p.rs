@@ -160,7 +160,7 @@ pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
 struct DmaMap {
     peer: ARef<pci::Device>,
     map: NonNull<bindings::nvidia_p2p_dma_mapping>,
-    addresses: KVec<u64>,
+    addresses: KVVec<u64>,
 }
 
 // SAFETY: the mapping is only handed back to NVIDIA, which allows that from any thread.
@@ -172,7 +172,7 @@ struct State {
     /// Threads reading NVIDIA's table or mappings; the callback waits for them.
     users: u32,
     /// Bus (BAR1) address of each 64 KiB page, copied from the table.
-    addresses: KVec<u64>,
+    addresses: KVVec<u64>,
     /// DMA mappings, by `struct pci_dev` address of the peer.
     maps: RBTree<usize, DmaMap>,
     /// Keeps gdrpeer loaded while NVIDIA can still call back into it.
@@ -228,7 +228,7 @@ impl Pinned {
                 State {
                     phase: Phase::New,
                     users: 0,
-                    addresses: KVec::new(),
+                    addresses: KVVec::new(),
                     maps: RBTree::new(),
                     _module: None,
                 },
@@ -306,7 +306,7 @@ impl Pinned {
         let read = this
             .read(|table| check_table(table, &this.range).map(|()| table.entries as usize))
             .and_then(|n| {
-                let mut addresses = KVec::with_capacity(n, GFP_KERNEL)?;
+                let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
                 this.read(|table| {
                     // SAFETY: `pages` has `entries` valid entries (check_table), and `entries`
                     // cannot change while the table is live.
@@ -399,7 +399,7 @@ impl Pinned {
         &self,
         peer: Option<&pci::Device>,
         first: usize,
-        out: &mut KVec<u64>,
+        out: &mut KVVec<u64>,
     ) -> Result {
         let s = self.state.lock();
         if s.phase != Phase::Valid {
@@ -452,7 +452,7 @@ impl Pinned {
                 check_dma_mapping(m, &self.range).map(|()| m.entries as usize)
             })
             .and_then(|n| {
-                let mut addresses = KVec::with_capacity(n, GFP_KERNEL)?;
+                let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
                 self.with_access(|| {
                     // SAFETY: see above; `dma_addresses` has `entries` elements
                     // (check_dma_mapping).
