@@ -16,19 +16,21 @@
 //! NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
 
 use kernel::{
-    fmt, new_mutex,
+    fmt, new_mutex, new_spinlock,
     prelude::*,
-    rbtree::RBTree,
+    rbtree::{RBTree, RBTreeNodeReservation},
     sync::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
-        Arc, LockedBy, Mutex,
+        Arc, LockedBy, Mutex, SpinLock,
     },
     task::Task,
+    time::{delay::fsleep, Delta},
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
+    kapi::Invalidate,
     nv_p2p::{PinKind, PinOwner, Pinned, Unpinned},
     policy::{self, Limits, Usage},
     range::GpuRange,
@@ -170,11 +172,22 @@ struct Book {
     deferred: bool,
 }
 
+/// Peer drivers' invalidate callbacks on a region (the kernel API's registrations).
+struct Notifiers {
+    list: RBTree<u64, Invalidate>,
+    next_id: u64,
+    /// The free callback has taken `list` and is calling it.
+    running: bool,
+}
+
 /// A pinned region of GPU memory in a context's cache.
 #[pin_data]
 pub(crate) struct Region {
     ctx: Arc<Context>,
     book: LockedBy<Book, Inner>,
+    /// Lock 3 of the order at the top of this file, like `Pinned::state`; never held with it.
+    #[pin]
+    notifiers: SpinLock<Notifiers>,
     #[pin]
     work: Work<Region>,
     #[pin]
@@ -196,6 +209,19 @@ impl PinOwner for Region {
         if queue.enqueue(this).is_err() {
             pr_err!("revoked region queued twice\n");
         }
+    }
+
+    fn invalidate(&self) {
+        let list = {
+            let mut n = self.notifiers.lock();
+            n.running = true;
+            core::mem::take(&mut n.list)
+        };
+        for (_, notifier) in list.iter() {
+            notifier.call();
+        }
+        drop(list);
+        self.notifiers.lock().running = false;
     }
 }
 
@@ -407,6 +433,13 @@ impl Context {
         f(&h.region, &h.window)
     }
 
+    /// A handle's region and window.
+    pub(crate) fn handle_region(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
+        let inner = self.inner.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        Ok((h.region.clone(), h.window))
+    }
+
     /// What GET_INFO reports.
     pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
         self.with_handle(handle, |region, window| {
@@ -508,6 +541,14 @@ impl Region {
                         deferred: false,
                     }
                 ),
+                notifiers <- new_spinlock!(
+                    Notifiers {
+                        list: RBTree::new(),
+                        next_id: 0,
+                        running: false,
+                    },
+                    "Region::notifiers"
+                ),
                 work <- new_work!("Region::work"),
                 pinned <- Pinned::new(range, kind),
             }),
@@ -518,6 +559,38 @@ impl Region {
     /// The pin behind the region.
     pub(crate) fn pinned(&self) -> &Pinned {
         &self.pinned
+    }
+
+    /// Registers a peer driver's invalidate callback: called once if NVIDIA frees the region.
+    /// Fails with -ENXIO if it is freed already.
+    pub(crate) fn add_notifier(&self, notifier: Invalidate) -> Result<u64> {
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let id = {
+            let mut n = self.notifiers.lock();
+            n.next_id += 1;
+            let id = n.next_id;
+            n.list.insert(node.into_node(id, notifier));
+            id
+        };
+        // The callback marks the pin revoked before it takes the list: if it has not yet,
+        // it will call this notifier.
+        if self.pinned.is_revoked() {
+            self.remove_notifier(id);
+            return Err(ENXIO);
+        }
+        Ok(id)
+    }
+
+    /// Unregisters a callback. If the free callback is calling it, waits until it returned.
+    pub(crate) fn remove_notifier(&self, id: u64) {
+        loop {
+            let mut n = self.notifiers.lock();
+            if n.list.remove(&id).is_some() || !n.running {
+                return;
+            }
+            drop(n);
+            fsleep(Delta::from_micros(100));
+        }
     }
 }
 

@@ -181,7 +181,7 @@ impl MiscDevice for GdrpeerFile {
 }
 
 /// The cache limits from the module parameters.
-fn limits() -> policy::Limits {
+pub(crate) fn limits() -> policy::Limits {
     policy::Limits {
         ctx_bytes: crate::param_cache_max_bytes(),
         ctx_regions: crate::param_cache_max_regions(),

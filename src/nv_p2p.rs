@@ -148,6 +148,11 @@ pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
     /// the callback's reference. It runs under NVIDIA's global lock: it must not take any
     /// lock that gdrpeer holds while calling nv-p2p, nor call nv-p2p; queue work instead.
     fn revoked(this: Arc<Self>);
+
+    /// Called from the free callback once the pin is marked revoked and before its DMA
+    /// mappings are freed, so that peers stop using them. Runs under NVIDIA's global lock,
+    /// with the same restrictions as [`PinOwner::revoked`]; it may sleep briefly.
+    fn invalidate(&self) {}
 }
 
 /// One peer's DMA mapping of a pinned table.
@@ -588,10 +593,18 @@ impl Pinned {
 
     /// The free callback's work: withdraw access, wait for readers, free the mappings and the
     /// table. Runs under NVIDIA's global lock.
-    fn revoke(&self) {
+    fn revoke<T: PinOwner>(owner: &T) {
+        let this = owner.pinned();
+        this.state.lock().phase = Phase::Revoked;
+        // Peers stop using the DMA addresses before the mappings go.
+        owner.invalidate();
+        this.free_revoked();
+    }
+
+    /// Waits for readers of a revoked pin, then frees its DMA mappings and its table.
+    fn free_revoked(&self) {
         let maps = {
             let mut s = self.state.lock();
-            s.phase = Phase::Revoked;
             // Readers hold access only to copy addresses, without sleeping or taking another
             // lock, so this wait is bounded by one copy. It cannot be cut short (the table
             // would be freed under a reader), and CondVar offers timeouts only for
@@ -647,7 +660,7 @@ unsafe extern "C" fn free_callback<T: PinOwner>(data: *mut c_void) {
     // SAFETY: `data` came from `Arc::into_raw` in `Pinned::pin`, and NVIDIA calls back at
     // most once and only while that reference is outstanding (Pinned invariant).
     let owner = unsafe { Arc::from_raw(data.cast::<T>()) };
-    owner.pinned().revoke();
+    Pinned::revoke(&*owner);
     T::revoked(owner);
 }
 

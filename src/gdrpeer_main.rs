@@ -30,6 +30,7 @@
 
 mod cache;
 mod chardev;
+mod kapi;
 mod nv_p2p;
 mod policy;
 mod range;
@@ -82,7 +83,7 @@ fn param_global_max_bytes() -> u64 {
 
 /// The module's data. Fields drop in order: the device goes first (no new files), the
 /// callback workqueue last (drained, so no work of ours runs after unload).
-#[pin_data]
+#[pin_data(PinnedDrop)]
 struct GdrpeerModule {
     #[pin]
     chardev: MiscDeviceRegistration<chardev::GdrpeerFile>,
@@ -125,5 +126,18 @@ impl kernel::InPlaceModule for GdrpeerModule {
             _debugfs: root,
             chardev <- chardev::register(),
         })
+        .pin_chain(|this| {
+            // SAFETY: the module's data stays in place until the module exits, and `drop`
+            // withdraws it first.
+            unsafe { kapi::publish_env(&this.env) };
+            Ok(())
+        })
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for GdrpeerModule {
+    fn drop(self: Pin<&mut Self>) {
+        kapi::withdraw_env();
     }
 }

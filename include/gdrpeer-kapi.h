@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gdrpeer kernel API: GPU memory registration for PCIe peer drivers (RDMA
+ * NICs). See Documentation/kernel-api.rst.
+ *
+ * A NIC driver creates a context in the process that registers memory (the
+ * process that owns the GPU memory, as for ibv_reg_mr), pins GPU virtual
+ * address ranges of that process for its own PCI function and gets their DMA
+ * addresses, one per 64 KiB GPU page. Pins are served from the context's
+ * registration cache. When the NVIDIA driver frees the memory, gdrpeer calls
+ * the registration's invalidate callback before the DMA mappings go away.
+ *
+ * Link with KBUILD_EXTRA_SYMBOLS=<gdrpeer>/Module.symvers.
+ */
+#ifndef _GDRPEER_KAPI_H_
+#define _GDRPEER_KAPI_H_
+
+#include <linux/types.h>
+
+struct pci_dev;
+
+/* API version: major << 16 | minor. Same major, minor >= yours: compatible. */
+#define GDRPEER_KAPI_MAJOR 1
+#define GDRPEER_KAPI_MINOR 0
+#define GDRPEER_KAPI_VERSION ((GDRPEER_KAPI_MAJOR << 16) | GDRPEER_KAPI_MINOR)
+
+/* The registration cache of one process. */
+struct gdrpeer_ctx;
+
+/* One registration: a pinned window of GPU memory mapped for one peer. */
+struct gdrpeer_mr;
+
+struct gdrpeer_mr_info {
+	u64 aligned_va;		/* the window: va rounded down to page_size */
+	u64 offset;		/* va - aligned_va */
+	u32 page_count;		/* pages in the window */
+	u32 page_size;		/* 65536 */
+	const u64 *dma_addrs;	/* page_count DMA addresses for the peer, valid until unpin */
+};
+
+/* GDRPEER_KAPI_VERSION of the loaded gdrpeer. */
+u32 gdrpeer_kapi_version(void);
+
+/*
+ * A context for the calling process. Sleeps. Returns an ERR_PTR on failure
+ * (-ENOMEM).
+ */
+struct gdrpeer_ctx *gdrpeer_ctx_create(void);
+
+/*
+ * Ends a context: every registration still pinned is released (unpin them
+ * first to have their callbacks out of the way). From another process, or a
+ * kernel thread, the pages are left to the NVIDIA driver's callback. Sleeps.
+ */
+void gdrpeer_ctx_destroy(struct gdrpeer_ctx *ctx);
+
+/*
+ * Pins [va, va + len) of the calling process's GPU memory (the context's
+ * process) and maps it for @peer. Fills @info. Sleeps.
+ *
+ * @invalidate (not NULL) is called once, with @data, when the NVIDIA driver
+ * frees the memory while it is registered, before gdrpeer frees the DMA
+ * mappings. It must stop the device's use of the addresses (and wait for DMA
+ * in flight) before it returns. It runs in process context under the NVIDIA
+ * driver's global lock: it may sleep briefly (gdrpeer warns after 100 ms), and
+ * must not take a lock that is held anywhere around a gdrpeer_* call, nor call
+ * gdrpeer_* itself. The registration stays valid memory until
+ * gdrpeer_mr_unpin().
+ *
+ * Returns the registration or an ERR_PTR: -EINVAL bad range, length or
+ * arguments, -EACCES another process's context, -ENOMEM no memory or BAR1
+ * space, -ENXIO freed meanwhile, -EOPNOTSUPP a topology the NVIDIA driver
+ * refuses.
+ */
+struct gdrpeer_mr *gdrpeer_mr_pin(struct gdrpeer_ctx *ctx, struct pci_dev *peer,
+				  u64 va, u64 len, void (*invalidate)(void *data),
+				  void *data, struct gdrpeer_mr_info *info);
+
+/*
+ * Ends a registration; the region stays cached in the context. If its
+ * invalidate callback is running, waits for it to return; after this returns
+ * it will not be called. Must not be called from the callback. Sleeps.
+ */
+void gdrpeer_mr_unpin(struct gdrpeer_mr *mr);
+
+#endif /* _GDRPEER_KAPI_H_ */

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel API for peer drivers (`include/gdrpeer-kapi.h`, Documentation/kernel-api.rst).
+//!
+//! The functions are defined here as `gdrpeer_rs_*` and wrapped and exported by
+//! `src/exports.c`. Each one is assigned to a function-pointer field that bindgen generates
+//! from their prototypes (`src/kapi-internal.h`), so a signature that drifts does not
+//! compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a boxed
+//! [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
+
+#[allow(
+    dead_code,
+    non_camel_case_types,
+    non_upper_case_globals,
+    missing_docs,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+mod bindings {
+    include!("kapi_generated.rs");
+}
+
+use core::ptr;
+use kernel::{
+    ffi::c_void,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+    task::might_sleep,
+    time::{Delta, Instant, Monotonic},
+};
+
+use crate::{
+    cache::{Context, Env, Region},
+    nv_p2p::PinKind,
+    policy,
+    range::{GpuRange, GPU_PAGE_SIZE},
+    sys,
+};
+
+/// How long a peer driver's invalidate callback may take before gdrpeer warns.
+const INVALIDATE_WARN: Delta = Delta::from_millis(100);
+
+/// The loaded module's [`Env`], for contexts created through the API. Set at module init
+/// and cleared at exit; peer drivers can only call in between, since they link to gdrpeer.
+static ENV: Atomic<*mut Env> = Atomic::new(ptr::null_mut());
+
+/// Publishes the module's [`Env`] to the API.
+///
+/// # Safety
+///
+/// `env` stays valid until [`withdraw_env`].
+pub(crate) unsafe fn publish_env(env: &Env) {
+    ENV.store(ptr::from_ref(env).cast_mut(), Relaxed);
+}
+
+/// Takes the [`Env`] back at module exit.
+pub(crate) fn withdraw_env() {
+    ENV.store(ptr::null_mut(), Relaxed);
+}
+
+fn env() -> Result<&'static Env> {
+    let env = ENV.load(Relaxed);
+    // SAFETY: a non-NULL `ENV` points to the module's `Env` (publish_env), valid until module
+    // exit; no peer driver can call in after that, since it links against gdrpeer.
+    unsafe { env.as_ref() }.ok_or(ENODEV)
+}
+
+/// A peer driver's invalidate callback with its data.
+pub(crate) struct Invalidate {
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+}
+
+// SAFETY: the API's contract lets gdrpeer call the callback from any thread with its data.
+unsafe impl Send for Invalidate {}
+// SAFETY: as above; the callback is only called, never changed.
+unsafe impl Sync for Invalidate {}
+
+impl Invalidate {
+    /// Calls it, under the lockdep class that stands for NVIDIA's lock, warning if it is slow.
+    pub(crate) fn call(&self) {
+        let start = Instant::<Monotonic>::now();
+        // SAFETY: plain C functions without preconditions.
+        unsafe { bindings::gdrpeer_invalidate_begin() };
+        // SAFETY: the peer driver registered `f` with `data` and promised both stay valid
+        // until gdrpeer_mr_unpin returns, which waits for this call.
+        unsafe { (self.f)(self.data) };
+        // SAFETY: as above.
+        unsafe { bindings::gdrpeer_invalidate_end() };
+        let took = start.elapsed();
+        if took > INVALIDATE_WARN {
+            pr_warn!(
+                "a peer driver's invalidate callback took {} ms\n",
+                took.as_millis()
+            );
+        }
+    }
+}
+
+/// Notes, for lockdep, that the caller may wait for an invalidate callback.
+fn might_wait_for_invalidate() {
+    might_sleep();
+    // SAFETY: a plain C function without preconditions.
+    unsafe { bindings::gdrpeer_invalidate_might_wait() };
+}
+
+/// A `struct gdrpeer_ctx`.
+struct KapiCtx {
+    ctx: Arc<Context>,
+}
+
+/// A `struct gdrpeer_mr`.
+struct KapiMr {
+    ctx: Arc<Context>,
+    region: Arc<Region>,
+    handle: u64,
+    notifier: u64,
+    addrs: KVVec<u64>,
+}
+
+fn api_result<T>(r: Result<*mut T>) -> *mut T {
+    r.unwrap_or_else(|e| e.to_ptr())
+}
+
+#[no_mangle]
+extern "C" fn gdrpeer_rs_kapi_version() -> u32 {
+    bindings::GDRPEER_KAPI_VERSION
+}
+
+#[no_mangle]
+extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
+    might_sleep();
+    api_result((|| {
+        let ctx = Context::new(env()?)?;
+        Ok(KBox::into_raw(KBox::new(KapiCtx { ctx }, GFP_KERNEL)?).cast())
+    })())
+}
+
+/// # Safety
+///
+/// `ctx` came from [`gdrpeer_rs_ctx_create`] and is not used again.
+#[no_mangle]
+unsafe extern "C" fn gdrpeer_rs_ctx_destroy(ctx: *mut bindings::gdrpeer_ctx) {
+    might_wait_for_invalidate();
+    if ctx.is_null() {
+        return;
+    }
+    // SAFETY: per the function's contract, `ctx` is a boxed `KapiCtx` given back once.
+    let ctx = unsafe { KBox::from_raw(ctx.cast::<KapiCtx>()) };
+    ctx.ctx.close();
+}
+
+/// # Safety
+///
+/// `ctx` came from [`gdrpeer_rs_ctx_create`] and is not destroyed; `peer` is a live PCI device;
+/// `info` is writable; `invalidate` may be called with `data` until [`gdrpeer_rs_mr_unpin`].
+#[no_mangle]
+unsafe extern "C" fn gdrpeer_rs_mr_pin(
+    ctx: *mut bindings::gdrpeer_ctx,
+    peer: *mut kernel::bindings::pci_dev,
+    va: u64,
+    len: u64,
+    invalidate: Option<unsafe extern "C" fn(*mut c_void)>,
+    data: *mut c_void,
+    info: *mut bindings::gdrpeer_mr_info,
+) -> *mut bindings::gdrpeer_mr {
+    might_wait_for_invalidate();
+    api_result((|| {
+        let (Some(f), false, false, false) =
+            (invalidate, ctx.is_null(), peer.is_null(), info.is_null())
+        else {
+            return Err(EINVAL);
+        };
+        // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
+        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.ctx;
+        // SAFETY: `peer` is a live PCI device (the function's contract).
+        let peer = unsafe { sys::pci_device_get(peer) };
+        let mr = pin(ctx, &peer, va, len, Invalidate { f, data })?;
+        // SAFETY: `info` is writable (the function's contract).
+        unsafe {
+            info.write(bindings::gdrpeer_mr_info {
+                aligned_va: mr.window.start(),
+                offset: mr.window.offset(),
+                page_count: mr.mr.addrs.len() as u32,
+                page_size: GPU_PAGE_SIZE as u32,
+                dma_addrs: mr.mr.addrs.as_ptr(),
+            })
+        };
+        Ok(KBox::into_raw(mr.mr).cast())
+    })())
+}
+
+struct Pinned {
+    mr: KBox<KapiMr>,
+    window: GpuRange,
+}
+
+fn pin(
+    ctx: &Arc<Context>,
+    peer: &ARef<kernel::pci::Device>,
+    va: u64,
+    len: u64,
+    invalidate: Invalidate,
+) -> Result<Pinned> {
+    if !ctx.is_owner() {
+        return Err(EACCES);
+    }
+    let range = GpuRange::new(va, len, crate::param_max_pin_bytes())?;
+    let limits = crate::chardev::limits();
+    let info = ctx.pin(range, PinKind::Callback, &limits)?;
+    let mapped = (|| {
+        let (region, window) = ctx.handle_region(info.handle)?;
+        region.pinned().dma_map(peer)?;
+        let n = window.pages() as usize;
+        let mut addrs = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let first = policy::first_page(region.pinned().range(), &window);
+        region
+            .pinned()
+            .copy_addresses(Some(peer), first, &mut addrs)?;
+        let notifier = region.add_notifier(invalidate)?;
+        Ok((region, window, addrs, notifier))
+    })();
+    let (region, window, addrs, notifier) = match mapped {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = ctx.unpin(info.handle, &limits);
+            return Err(e);
+        }
+    };
+    let mr = KapiMr {
+        ctx: ctx.clone(),
+        region,
+        handle: info.handle,
+        notifier,
+        addrs,
+    };
+    match KBox::new(mr, GFP_KERNEL) {
+        Ok(mr) => Ok(Pinned { mr, window }),
+        Err(e) => {
+            // `mr` was moved into the failed allocation and dropped: undo by hand.
+            let _ = ctx.unpin(info.handle, &limits);
+            Err(e.into())
+        }
+    }
+}
+
+impl Drop for KapiMr {
+    fn drop(&mut self) {
+        // Waits for a callback in progress; none is made afterwards.
+        self.region.remove_notifier(self.notifier);
+        // After gdrpeer_ctx_destroy the handle is gone already.
+        let _ = self.ctx.unpin(self.handle, &crate::chardev::limits());
+    }
+}
+
+/// # Safety
+///
+/// `mr` came from [`gdrpeer_rs_mr_pin`], is not used again, and this is not called from its
+/// invalidate callback.
+#[no_mangle]
+unsafe extern "C" fn gdrpeer_rs_mr_unpin(mr: *mut bindings::gdrpeer_mr) {
+    might_wait_for_invalidate();
+    if !mr.is_null() {
+        // SAFETY: per the function's contract, `mr` is a boxed `KapiMr` given back once.
+        drop(unsafe { KBox::from_raw(mr.cast::<KapiMr>()) });
+    }
+}
+
+// The definitions above must have the prototypes' types (src/kapi-internal.h).
+const _: bindings::gdrpeer_rs_fns = bindings::gdrpeer_rs_fns {
+    kapi_version: Some(gdrpeer_rs_kapi_version),
+    ctx_create: Some(gdrpeer_rs_ctx_create),
+    ctx_destroy: Some(gdrpeer_rs_ctx_destroy),
+    mr_pin: Some(gdrpeer_rs_mr_pin),
+    mr_unpin: Some(gdrpeer_rs_mr_unpin),
+};
