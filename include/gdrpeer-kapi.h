@@ -62,7 +62,8 @@ void gdrpeer_ctx_destroy(struct gdrpeer_ctx *ctx);
  * frees the memory while it is registered, before gdrpeer frees the DMA
  * mappings. It must stop the device's use of the addresses (and wait for DMA
  * in flight) before it returns. It runs in process context under the NVIDIA
- * driver's global lock: it may sleep briefly (gdrpeer warns after 100 ms), and
+ * driver's global lock: it may sleep briefly (gdrpeer reports one slower than
+ * its invalidate_warn_ms parameter, 100 ms by default), and
  * must not take a lock that is held anywhere around a gdrpeer_* call, nor call
  * gdrpeer_* itself. The registration stays valid memory until
  * gdrpeer_mr_unpin().

@@ -62,6 +62,10 @@ module! {
             default: 0,
             description: "Pinned bytes over all contexts above which unused regions are unpinned (0: no limit)",
         },
+        invalidate_warn_ms: u64 {
+            default: 100,
+            description: "A peer driver's invalidate callback slower than this is reported in the kernel log",
+        },
     },
 }
 
@@ -79,6 +83,10 @@ fn param_cache_max_regions() -> u64 {
 
 fn param_global_max_bytes() -> u64 {
     *module_parameters::global_max_bytes.value()
+}
+
+fn param_invalidate_warn_ms() -> u64 {
+    *module_parameters::invalidate_warn_ms.value()
 }
 
 /// The module's data. Fields drop in order: the device goes first (no new files), the
@@ -121,7 +129,8 @@ impl kernel::InPlaceModule for GdrpeerModule {
                 writeln!(f, "max_pin_bytes {}", param_max_pin_bytes())?;
                 writeln!(f, "cache_max_bytes {}", param_cache_max_bytes())?;
                 writeln!(f, "cache_max_regions {}", param_cache_max_regions())?;
-                writeln!(f, "global_max_bytes {}", param_global_max_bytes())
+                writeln!(f, "global_max_bytes {}", param_global_max_bytes())?;
+                writeln!(f, "invalidate_warn_ms {}", param_invalidate_warn_ms())
             }),
             _debugfs: root,
             chardev <- chardev::register(),

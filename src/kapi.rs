@@ -32,7 +32,7 @@ use kernel::{
         Arc,
     },
     task::might_sleep,
-    time::{Delta, Instant, Monotonic},
+    time::{Instant, Monotonic},
 };
 
 use crate::{
@@ -42,9 +42,6 @@ use crate::{
     range::{GpuRange, GPU_PAGE_SIZE},
     sys,
 };
-
-/// How long a peer driver's invalidate callback may take before gdrpeer warns.
-const INVALIDATE_WARN: Delta = Delta::from_millis(100);
 
 /// The loaded module's [`Env`], for contexts created through the API. Set at module init
 /// and cleared at exit; peer drivers can only call in between, since they link to gdrpeer.
@@ -94,10 +91,13 @@ impl Invalidate {
         // SAFETY: as above.
         unsafe { bindings::gdrpeer_invalidate_end() };
         let took = start.elapsed();
-        if took > INVALIDATE_WARN {
+        // The limit is a module parameter (`invalidate_warn_ms`).
+        let limit = i64::try_from(crate::param_invalidate_warn_ms()).unwrap_or(i64::MAX);
+        if took.as_millis() > limit {
             pr_warn!(
-                "a peer driver's invalidate callback took {} ms\n",
-                took.as_millis()
+                "a peer driver's invalidate callback took {} ms (invalidate_warn_ms {})\n",
+                took.as_millis(),
+                limit
             );
         }
     }

@@ -85,6 +85,8 @@ static struct {
 	dma_addr_t bar_bus;	/* bus address of the BAR */
 	u32 npages;		/* 64 KiB pages in the BAR */
 	unsigned long *used;	/* pages backing an allocation */
+	unsigned long *poisoned;	/* freed pages holding NVSIM_POISON */
+	void __iomem *bar;	/* the BAR, for poisoning freed pages */
 	u32 *bar1_refs;		/* per BAR page: pins that map it through BAR1 */
 	u32 cursor;
 	u64 bar1_size;		/* aperture; debugfs can shrink it at run time */
@@ -97,6 +99,7 @@ static struct {
 	u64 allocations_live, pins_live, persistent_pins_live, dma_mappings_live;
 	u64 bar1_used, callbacks_fired, get_pages_calls, get_pages_failed;
 	u64 dma_map_calls, faults_injected, put_pages_wrong_process, client_errors;
+	u64 freed_page_writes;
 	u64 buffer_id_next;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 } st = { .buffer_id_next = 1 };
@@ -350,12 +353,52 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
 	kfree(pin);
 }
 
+/*
+ * Freed memory is poisoned. A peer that is still using a page after the free
+ * callbacks returned (a client that did not stop its device) changes the
+ * poison; nvsim finds that when the page is allocated again or when debugfs
+ * check_freed asks, and counts it in freed_page_writes.
+ */
+#define NVSIM_POISON_BYTE 0x6b
+#define NVSIM_POISON 0x6b6b6b6b6b6b6b6bULL
+
+static void __iomem *nvsim_page_io(u32 bar_page)
+{
+	return gpu.bar + ((size_t)bar_page << GPU_PAGE_SHIFT);
+}
+
+static void nvsim_poison(u32 bar_page)
+{
+	memset_io(nvsim_page_io(bar_page), NVSIM_POISON_BYTE, GPU_PAGE_SIZE);
+	set_bit(bar_page, gpu.poisoned);
+}
+
+/* Checks a poisoned page; one written since is counted once and poisoned again. */
+static void nvsim_check_poison(u32 bar_page)
+{
+	void __iomem *io = nvsim_page_io(bar_page);
+	u32 off;
+
+	lockdep_assert_held(&nvsim_lock);
+	for (off = 0; off < GPU_PAGE_SIZE; off += sizeof(u64)) {
+		if (readq(io + off) != NVSIM_POISON) {
+			st.freed_page_writes++;
+			pr_err("BAR page %u written at offset %#x after its memory was freed\n",
+			       bar_page, off);
+			memset_io(io, NVSIM_POISON_BYTE, GPU_PAGE_SIZE);
+			return;
+		}
+	}
+}
+
 static void nvsim_alloc_destroy(struct nvsim_alloc *a)
 {
 	u32 i;
 
-	for (i = 0; i < a->npages; i++)
+	for (i = 0; i < a->npages; i++) {
+		nvsim_poison(a->pages[i]);
 		clear_bit(a->pages[i], gpu.used);
+	}
 	list_del(&a->node);
 	kfree(a->pages);
 	kfree(a);
@@ -781,6 +824,8 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 		while (test_bit(p, gpu.used))
 			p = (p + 1) % gpu.npages;
 		set_bit(p, gpu.used);
+		if (test_and_clear_bit(p, gpu.poisoned))
+			nvsim_check_poison(p);
 		a->pages[i] = p;
 		p = (p + NVSIM_PAGE_STRIDE) % gpu.npages;
 	}
@@ -983,6 +1028,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "faults_injected %llu\n", st.faults_injected);
 	seq_printf(m, "put_pages_wrong_process %llu\n", st.put_pages_wrong_process);
 	seq_printf(m, "client_errors %llu\n", st.client_errors);
+	seq_printf(m, "freed_page_writes %llu\n", st.freed_page_writes);
 	seq_printf(m, "free_page_table_calls %lld\n", atomic64_read(&st.free_page_table_calls));
 	seq_printf(m, "free_dma_mapping_calls %lld\n", atomic64_read(&st.free_dma_mapping_calls));
 	seq_printf(m, "page_table_version 0x%08x\n", page_table_version);
@@ -1089,6 +1135,25 @@ static const struct file_operations nvsim_free_fops = {
 	.write = nvsim_free_write,
 };
 
+/* Any write: check every freed page's poison now (freed_page_writes). */
+static ssize_t nvsim_check_freed_write(struct file *file, const char __user *ubuf,
+				       size_t len, loff_t *ppos)
+{
+	u32 p;
+
+	mutex_lock(&nvsim_lock);
+	if (gpu.pdev)
+		for_each_set_bit(p, gpu.poisoned, gpu.npages)
+			nvsim_check_poison(p);
+	mutex_unlock(&nvsim_lock);
+	return len;
+}
+
+static const struct file_operations nvsim_check_freed_fops = {
+	.open = simple_open,
+	.write = nvsim_check_freed_write,
+};
+
 /* "BUFFER_ID DELAY_US": after the next successful pin of it, free it from a worker. */
 static ssize_t nvsim_free_on_pin_write(struct file *file, const char __user *ubuf,
 				       size_t len, loff_t *ppos)
@@ -1142,6 +1207,7 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("fail_dma_map", 0600, nvsim_debugfs, &fault_dma_map,
 			    &nvsim_fault_fops);
 	debugfs_create_file("free", 0200, nvsim_debugfs, NULL, &nvsim_free_fops);
+	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);
 	debugfs_create_file_unsafe("bar1_size", 0600, nvsim_debugfs, NULL, &nvsim_bar1_size_fops);
 }
@@ -1151,6 +1217,7 @@ static void nvsim_debugfs_init(void)
 static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	resource_size_t len = pci_resource_len(pdev, NVSIM_BAR);
+	void __iomem *bar;
 	int ret;
 
 	if (gpu.pdev)
@@ -1166,13 +1233,19 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
 	if (ret)
 		return ret;
+	bar = devm_ioremap(&pdev->dev, pci_resource_start(pdev, NVSIM_BAR), len);
+	if (!bar)
+		return -ENOMEM;
 
 	mutex_lock(&nvsim_lock);
 	gpu.npages = len >> GPU_PAGE_SHIFT;
+	gpu.bar = bar;
 	gpu.used = bitmap_zalloc(gpu.npages, GFP_KERNEL);
+	gpu.poisoned = bitmap_zalloc(gpu.npages, GFP_KERNEL);
 	gpu.bar1_refs = kcalloc(gpu.npages, sizeof(*gpu.bar1_refs), GFP_KERNEL);
-	if (!gpu.used || !gpu.bar1_refs) {
+	if (!gpu.used || !gpu.poisoned || !gpu.bar1_refs) {
 		bitmap_free(gpu.used);
+		bitmap_free(gpu.poisoned);
 		kfree(gpu.bar1_refs);
 		mutex_unlock(&nvsim_lock);
 		return -ENOMEM;
@@ -1206,8 +1279,11 @@ static void nvsim_remove(struct pci_dev *pdev)
 		}
 	}
 	bitmap_free(gpu.used);
+	bitmap_free(gpu.poisoned);
 	kfree(gpu.bar1_refs);
 	gpu.used = NULL;
+	gpu.poisoned = NULL;
+	gpu.bar = NULL;
 	gpu.bar1_refs = NULL;
 	gpu.pdev = NULL;
 	mutex_unlock(&nvsim_lock);

@@ -58,7 +58,7 @@ test_rmmod_order() {
 # nvsim-test reports one result per behaviour (Documentation/nvsim.rst).
 # Unloads the modules above and including nvsim, whatever the tests before left.
 unload_nv_stack() {
-	for m in gdrpeer p2pclient nvsim; do unload $m; done
+	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
 }
 
 nvsim_suite() {
@@ -94,6 +94,39 @@ gdrpeer_suite() {
 	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite$GDRPEER_SUFFIX"
 	unload p2pclient
 	unload nvsim
+}
+
+# --- The sample NIC driver on gdrpeer's kernel API -------------------------
+
+# The chain nvsim -> gdrpeer -> gdrnic, each linked against the symbol
+# versions of the one before. A gdrnic built against a gdrpeer whose kernel
+# API changed must be refused.
+test_gdrnic_skewed_build_refused() {
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko || fail "load nvsim, gdrpeer"
+	err=$(load $M/gdrnic-skew.ko) && { unload gdrnic; fail "gdrnic-skew.ko loaded"; }
+	expect_eq "insmod errno" "$err" EINVAL
+	dmesg | grep -q "gdrnic: disagrees about version of symbol gdrpeer_mr_pin" ||
+		fail "no 'disagrees about version of symbol gdrpeer_mr_pin' message"
+	load $M/gdrnic.ko || fail "gdrnic.ko refused by the gdrpeer it was built for"
+	[ -c /dev/gdrnic ] || fail "/dev/gdrnic missing: gdrnic did not bind edu"
+	rmmod gdrpeer 2>/dev/null && fail "gdrpeer unloaded under gdrnic"
+	unload gdrnic
+	unload gdrpeer
+	unload nvsim
+}
+
+# gdrpeer-test --nic: data moved by P2P DMA between the GPU BAR and edu. The
+# edu engine takes 100 ms a DMA, so an invalidate callback that waits for one
+# may take 200 ms: gdrpeer warns only past 1 s here.
+gdrnic_suite() {
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/p2pclient.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 &&
+		load $M/gdrnic.ko || { echo "@@ RESULT FAIL gdrnic-suite load"; unload_nv_stack; return; }
+	{ gdrpeer-test --nic "${GDRNIC_FILTER:-$TEST_FILTER}" 2>&1; echo $? >/tmp/gdrnic-test.rc; }
+	rc=$(cat /tmp/gdrnic-test.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrnic-test exited with status $rc"
+	unload_nv_stack
 }
 
 # --- The oracle: the kernel log must catch what it is meant to catch -------
@@ -148,6 +181,8 @@ run_plan() {
 	for v in 0x00010002 0x00030000; do
 		GDRPEER_FILTER=gdrpeer-table-version GDRPEER_SUFFIX=-$v gdrpeer_suite page_table_version=$v
 	done
+	t gdrnic-skewed-build-refused test_gdrnic_skewed_build_refused
+	GDRNIC_FILTER="" gdrnic_suite
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs

@@ -30,7 +30,17 @@ demo_pin_cache_revoke() {
 	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
 }
 
+demo_nic_round_trip() {
+	echo "# the chain: nvsim (nvidia.ko), gdrpeer, and the sample NIC driver gdrnic,"
+	echo "# each linked against the symbol versions of the one before"
+	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load"
+	dmesg | grep 'gdrnic' | tail -n 1
+	gdrpeer-test --demo-nic || fail "demo"
+	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}
+
 run_plan() {
 	t demo-load-version-unload demo_chain
 	t demo-pin-cache-revoke demo_pin_cache_revoke
+	t demo-nic-round-trip demo_nic_round_trip
 }

@@ -8,6 +8,7 @@
 //! counters) and that nvsim's counters are back to zero.
 
 mod demo;
+mod nic;
 mod proc;
 
 use gdrpeer::{Device, PciAddress, PinFlags, PinState};
@@ -40,14 +41,7 @@ fn ok<T>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<T, String> {
 
 /// A `name value` file of gdrpeer's debugfs: `stats` (global counters) or `params`.
 fn gdebugfs(file: &str) -> Result<HashMap<String, u64>, String> {
-    let s = std::fs::read_to_string(format!("/sys/kernel/debug/gdrpeer/{file}"))
-        .map_err(|e| format!("gdrpeer/{file}: {e}"))?;
-    Ok(s.lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect())
+    harness::name_values(&format!("/sys/kernel/debug/gdrpeer/{file}"))
 }
 
 fn gstats() -> Result<HashMap<String, u64>, String> {
@@ -770,19 +764,34 @@ fn main() -> ExitCode {
     if let Some(code) = proc::child_main(&args) {
         return code;
     }
-    if args.len() == 1 && args[0] == "--demo" {
-        return match demo::run() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                println!("FAIL: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    let exit = |ok: bool| {
+        if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    };
+    let narrated = |r: TestResult| {
+        if let Err(e) = &r {
+            println!("FAIL: {e}");
+        }
+        exit(r.is_ok())
+    };
+    match args.first().map(String::as_str) {
+        Some("--demo") => return narrated(demo::run()),
+        Some("--demo-nic") => return narrated(demo::nic()),
+        // The sample NIC's tests (gdrnic.ko loaded), and those that make lockdep report.
+        Some(mode @ ("--nic" | "--nic-lockdep")) => {
+            let tests = if mode == "--nic" {
+                nic::TESTS
+            } else {
+                nic::LOCKDEP_TESTS
+            };
+            let filter = args.get(1).cloned().unwrap_or_default();
+            return exit(harness::run_tests(tests, &filter, nic::nic_released));
+        }
+        _ => {}
     }
     let filter = args.first().cloned().unwrap_or_default();
-    if harness::run_tests(TESTS, &filter, all_released) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    exit(harness::run_tests(TESTS, &filter, all_released))
 }

@@ -19,7 +19,7 @@ use rustix::{
 use std::{
     io::{BufRead, BufReader, Read, Write},
     mem::MaybeUninit,
-    process::{Command, ExitCode, Stdio},
+    process::{Child, Command, ExitCode, Stdio},
 };
 
 const K64: u64 = 1 << 16;
@@ -175,7 +175,7 @@ pub fn without_rawio(d: &Device, handle: u64) -> Result<(Errno, Errno), String> 
 
 /// Forks; the child runs `child` and exits with 0 if it returns Ok (printing the error
 /// otherwise). Returns the child's pid.
-fn fork(child: impl FnOnce() -> TestResult) -> Result<libc::pid_t, String> {
+pub fn fork(child: impl FnOnce() -> TestResult) -> Result<libc::pid_t, String> {
     // SAFETY: the test program is single-threaded here; the child only makes system calls
     // and exits without unwinding.
     match unsafe { libc::fork() } {
@@ -196,7 +196,7 @@ fn fork(child: impl FnOnce() -> TestResult) -> Result<libc::pid_t, String> {
     }
 }
 
-fn wait(pid: libc::pid_t) -> TestResult {
+pub fn wait(pid: libc::pid_t) -> TestResult {
     let mut status = 0;
     // SAFETY: waits for our own child.
     check!(
@@ -392,11 +392,11 @@ pub fn rmmod_gdrpeer() -> Result<bool, String> {
     Ok(out.status.success())
 }
 
-/// A process with pins and a DMA mapping is killed: its files' release frees everything.
-pub fn killed_process_leaves_nothing() -> TestResult {
+/// Runs this program as a child in `mode` and waits until it prints "ready".
+pub fn spawn_ready(mode: &str) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
-        .arg("--pin-and-wait")
+        .arg(mode)
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
@@ -404,13 +404,35 @@ pub fn killed_process_leaves_nothing() -> TestResult {
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .map_err(|e| e.to_string())?;
-    check_eq!(line.trim(), "ready", "child");
-    check!(gstat("regions")? >= 3, "child's regions not pinned");
-    check_eq!(stat("dma_mappings_live")?, 1, "child's DMA mapping");
+    if line.trim() != "ready" {
+        let _ = kill_and_wait(child);
+        return Err(format!("child {mode}: '{}'", line.trim()));
+    }
+    Ok(child)
+}
+
+/// Kills a child with SIGKILL and reaps it.
+pub fn kill_and_wait(mut child: Child) -> TestResult {
     child.kill().map_err(|e| e.to_string())?;
     child.wait().map_err(|e| e.to_string())?;
     let mut rest = String::new();
     let _ = child.stdout.take().unwrap().read_to_string(&mut rest);
+    Ok(())
+}
+
+/// A process with pins and a DMA mapping is killed: its files' release frees everything.
+pub fn killed_process_leaves_nothing() -> TestResult {
+    let child = spawn_ready("--pin-and-wait")?;
+    check!(gstat("regions")? >= 3, "child's regions not pinned");
+    check_eq!(stat("dma_mappings_live")?, 1, "child's DMA mapping");
+    kill_and_wait(child)
+}
+
+/// Prints "ready" and sleeps until killed.
+pub fn ready_and_wait() -> TestResult {
+    println!("ready");
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    std::thread::sleep(std::time::Duration::from_secs(60));
     Ok(())
 }
 
@@ -423,22 +445,21 @@ fn pin_and_wait() -> TestResult {
     ok(d.pin(va + 4 * K64, 4 * K64, PinFlags::empty()), "pin")?;
     ok(d.unpin(b.handle), "unpin")?;
     ok(d.dma_map(a.handle, edu()?), "dma_map")?;
-    println!("ready");
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
-    std::thread::sleep(std::time::Duration::from_secs(60));
-    Ok(())
+    ready_and_wait()
 }
 
 /// The modes in which the tests run this program as a child.
 pub fn child_main(args: &[String]) -> Option<ExitCode> {
-    match args {
-        [mode] if mode == "--pin-and-wait" => Some(match pin_and_wait() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                println!("{e}");
-                ExitCode::FAILURE
-            }
-        }),
-        _ => None,
-    }
+    let run: fn() -> TestResult = match args {
+        [mode] if mode == "--pin-and-wait" => pin_and_wait,
+        [mode] if mode == "--nic-reg-and-wait" => crate::nic::reg_and_wait,
+        _ => return None,
+    };
+    Some(match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("{e}");
+            ExitCode::FAILURE
+        }
+    })
 }

@@ -82,10 +82,10 @@ pub fn status(cmd: &str) -> Result<i32, String> {
     }
 }
 
-/// nvsim's counters.
-pub fn stats() -> Result<HashMap<String, u64>, String> {
-    let s = std::fs::read_to_string("/sys/kernel/debug/nvsim/stats")
-        .map_err(|e| format!("nvsim stats: {e}"))?;
+/// A file of `name value` lines (decimal or 0x hex values), as the test modules' debugfs
+/// counters are.
+pub fn name_values(path: &str) -> Result<HashMap<String, u64>, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     Ok(s.lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(' ')?;
@@ -97,6 +97,11 @@ pub fn stats() -> Result<HashMap<String, u64>, String> {
             Some((k.to_string(), v))
         })
         .collect())
+}
+
+/// nvsim's counters.
+pub fn stats() -> Result<HashMap<String, u64>, String> {
+    name_values("/sys/kernel/debug/nvsim/stats")
 }
 
 pub fn stat(name: &str) -> Result<u64, String> {
@@ -141,6 +146,7 @@ pub fn nvsim_counters_back_to_zero() -> TestResult {
         "dma_mappings_live",
         "bar1_used",
         "client_errors",
+        "freed_page_writes",
     ] {
         check_eq!(stat(c)?, 0, c);
     }

@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gdrnic: a sample NIC driver on gdrpeer's kernel API (include/gdrpeer-kapi.h).
+ *
+ * It binds QEMU's edu device, whose DMA engine stands in for a NIC's, and
+ * moves bytes between (simulated) GPU memory and its own host buffer by
+ * peer-to-peer DMA: the GPU side of every transfer is the edu device reading
+ * or writing the GPU BAR at the DMA addresses gdrpeer returned for it.
+ * User space drives it through /dev/gdrnic (gdrnic_uapi.h): register GPU
+ * memory, "send" (GPU -> NIC) and "receive" (NIC -> GPU).
+ *
+ * Each open file is one gdrpeer context, created in the opening process,
+ * like an RDMA verbs context; registrations are gdrpeer_mr's.
+ *
+ * Locks, in the order they are taken:
+ *
+ * 1. gdrnic_file.lock (mutex): the file's registrations. Held around
+ *    gdrpeer_mr_pin(), so the invalidate callback never takes it.
+ * 2. gdrnic_dev.engine_lock (mutex): the DMA engine and its buffers, held for
+ *    one chunk of a transfer (at most two edu DMAs). Never held around a
+ *    gdrpeer_* call, so the invalidate callback may take it: once it has, no
+ *    DMA of the registration is in flight, and the dead flag it sets (read
+ *    under the same lock) keeps any from starting.
+ *
+ * The invalidate callback runs under the NVIDIA driver's global lock: it
+ * waits for at most one chunk in flight and takes nothing else.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/debugfs.h>
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
+#include <linux/iopoll.h>
+#include <linux/kref.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/overflow.h>
+#include <linux/pci.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/xarray.h>
+
+#include <gdrpeer-kapi.h>
+#include "gdrnic_uapi.h"
+
+/* QEMU's edu device (docs/specs/edu.rst in QEMU). */
+#define EDU_VENDOR		0x1234
+#define EDU_DEVICE		0x11e8
+#define EDU_ID			0x00
+#define EDU_ID_MAGIC		0xed
+#define EDU_DMA_SRC		0x80
+#define EDU_DMA_DST		0x88
+#define EDU_DMA_COUNT		0x90
+#define EDU_DMA_CMD		0x98
+#define EDU_DMA_RUN		0x1
+#define EDU_DMA_TO_PCI		0x2	/* edu buffer -> bus; else bus -> edu buffer */
+#define EDU_BUF			0x40000	/* the engine's 4 KiB buffer, in edu's space */
+/* A DMA may not reach the end of the 4 KiB buffer (QEMU 7.2 aborts). */
+#define EDU_DMA_MAX		4032
+#define EDU_DMA_TIMEOUT_US	(2 * USEC_PER_SEC)
+
+struct gdrnic_dev {
+	struct kref ref;
+	struct pci_dev *pdev;
+	void __iomem *mmio;
+	/* The NIC's own host buffer, one chunk: the far end of every transfer. */
+	void *host_buf;
+	dma_addr_t host_dma;
+	struct mutex engine_lock;	/* lock 2 */
+	bool gone;			/* under engine_lock: unbound */
+	struct miscdevice misc;
+};
+
+struct gdrnic_file {
+	struct gdrnic_dev *nic;
+	struct gdrpeer_ctx *ctx;
+	struct mutex lock;		/* lock 1: serialises REG and DEREG */
+	struct xarray mrs;		/* handle -> gdrnic_mr, lookups under its xa_lock */
+};
+
+struct gdrnic_mr {
+	struct kref ref;		/* the file's, and one per transfer using it */
+	struct gdrnic_file *file;	/* outlives the registration */
+	struct gdrnic_dev *nic;
+	struct gdrpeer_mr *mr;
+	struct gdrpeer_mr_info info;
+	u64 va, len;
+	bool dead;			/* under nic->engine_lock: invalidated */
+};
+
+/* The one bound device; a second edu is not taken. */
+static DEFINE_MUTEX(gdrnic_bind_lock);
+static struct gdrnic_dev *gdrnic_bound;
+
+static struct {
+	atomic64_t registrations;	/* live */
+	atomic64_t invalidations;
+	atomic64_t transfers;
+	atomic64_t failed_transfers;
+	atomic64_t gpu_dma_bytes;	/* moved between the GPU BAR and edu */
+	atomic64_t dma_ops;
+} gdrnic_stats;
+
+/*
+ * Test knobs: extra milliseconds the invalidate callback takes; whether it
+ * takes the file's lock, the AB-BA that lockdep must report.
+ */
+static u32 gdrnic_invalidate_delay_ms;
+static bool gdrnic_invalidate_takes_file_lock;
+static struct dentry *gdrnic_dir;
+
+static void gdrnic_dev_release(struct kref *ref)
+{
+	kfree(container_of(ref, struct gdrnic_dev, ref));
+}
+
+/* One edu DMA of @len bytes, with the engine lock held. */
+static int edu_dma(struct gdrnic_dev *nic, u64 src, u64 dst, u32 len, bool to_pci)
+{
+	u32 cmd;
+	int ret;
+
+	lockdep_assert_held(&nic->engine_lock);
+	writeq(src, nic->mmio + EDU_DMA_SRC);
+	writeq(dst, nic->mmio + EDU_DMA_DST);
+	writeq(len, nic->mmio + EDU_DMA_COUNT);
+	writeq(EDU_DMA_RUN | (to_pci ? EDU_DMA_TO_PCI : 0), nic->mmio + EDU_DMA_CMD);
+	ret = readl_poll_timeout(nic->mmio + EDU_DMA_CMD, cmd, !(cmd & EDU_DMA_RUN),
+				 1000, EDU_DMA_TIMEOUT_US);
+	if (ret) {
+		/* The engine may still run: take the device out of service. */
+		pci_err(nic->pdev, "DMA of %u bytes did not finish\n", len);
+		nic->gone = true;
+		return ret;
+	}
+	atomic64_inc(&gdrnic_stats.dma_ops);
+	return 0;
+}
+
+/* Called by gdrpeer when the NVIDIA driver frees the registered memory. */
+static void gdrnic_invalidate(void *data)
+{
+	struct gdrnic_mr *m = data;
+
+	if (gdrnic_invalidate_delay_ms)
+		msleep(gdrnic_invalidate_delay_ms);
+	if (gdrnic_invalidate_takes_file_lock) {
+		/* Wrong: REG holds this lock around gdrpeer_mr_pin(). */
+		mutex_lock(&m->file->lock);
+		mutex_unlock(&m->file->lock);
+	}
+	/* Waits for the chunk in flight, if any; none starts after. */
+	mutex_lock(&m->nic->engine_lock);
+	m->dead = true;
+	mutex_unlock(&m->nic->engine_lock);
+	atomic64_inc(&gdrnic_stats.invalidations);
+}
+
+static void gdrnic_mr_release(struct kref *ref)
+{
+	struct gdrnic_mr *m = container_of(ref, struct gdrnic_mr, ref);
+
+	/* The device no longer uses the addresses: no transfer holds a reference. */
+	gdrpeer_mr_unpin(m->mr);
+	atomic64_dec(&gdrnic_stats.registrations);
+	kfree(m);
+}
+
+static void gdrnic_mr_put(struct gdrnic_mr *m)
+{
+	kref_put(&m->ref, gdrnic_mr_release);
+}
+
+static struct gdrnic_mr *gdrnic_mr_get(struct gdrnic_file *f, u32 handle)
+{
+	struct gdrnic_mr *m;
+
+	xa_lock(&f->mrs);
+	m = xa_load(&f->mrs, handle);
+	if (m)
+		kref_get(&m->ref);
+	xa_unlock(&f->mrs);
+	return m;
+}
+
+static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
+{
+	struct gdrnic_reg_args a;
+	struct gdrnic_mr *m;
+	u32 handle, n;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	m = kzalloc_obj(*m, GFP_KERNEL);
+	if (!m)
+		return -ENOMEM;
+	kref_init(&m->ref);
+	m->file = f;
+	m->nic = f->nic;
+	m->va = a.va;
+	m->len = a.len;
+
+	mutex_lock(&f->lock);
+	/* Unbound: the device may no longer be given addresses. */
+	mutex_lock(&f->nic->engine_lock);
+	ret = f->nic->gone ? -ENODEV : 0;
+	mutex_unlock(&f->nic->engine_lock);
+	if (ret) {
+		mutex_unlock(&f->lock);
+		kfree(m);
+		return ret;
+	}
+	m->mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va, a.len, gdrnic_invalidate, m,
+			       &m->info);
+	if (IS_ERR(m->mr)) {
+		ret = PTR_ERR(m->mr);
+		mutex_unlock(&f->lock);
+		kfree(m);
+		return ret;
+	}
+	atomic64_inc(&gdrnic_stats.registrations);
+	ret = xa_alloc(&f->mrs, &handle, m, xa_limit_31b, GFP_KERNEL);
+	mutex_unlock(&f->lock);
+	if (ret) {
+		gdrnic_mr_put(m);
+		return ret;
+	}
+
+	a.handle = handle;
+	a.aligned_va = m->info.aligned_va;
+	a.offset = m->info.offset;
+	a.page_count = m->info.page_count;
+	a.page_size = m->info.page_size;
+	n = min(a.addrs_cap, m->info.page_count);
+	if ((a.addrs && copy_to_user(u64_to_user_ptr(a.addrs), m->info.dma_addrs,
+				     n * sizeof(u64))) ||
+	    copy_to_user(uarg, &a, sizeof(a))) {
+		m = xa_erase(&f->mrs, handle);
+		if (m)
+			gdrnic_mr_put(m);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static long gdrnic_dereg(struct gdrnic_file *f, u32 __user *uarg)
+{
+	struct gdrnic_mr *m;
+	u32 handle;
+
+	if (get_user(handle, uarg))
+		return -EFAULT;
+	mutex_lock(&f->lock);
+	m = xa_erase(&f->mrs, handle);
+	mutex_unlock(&f->lock);
+	if (!m)
+		return -ENOENT;
+	/* Unpinned now, or when the last transfer on it ends. */
+	gdrnic_mr_put(m);
+	return 0;
+}
+
+/*
+ * Moves one chunk between the GPU (@gpu, a DMA address for edu) and @bounce,
+ * through the engine's buffer and the NIC's host buffer.
+ */
+static int gdrnic_chunk(struct gdrnic_mr *m, u64 gpu, void *bounce, u32 n, bool send)
+{
+	struct gdrnic_dev *nic = m->nic;
+	int ret;
+
+	mutex_lock(&nic->engine_lock);
+	if (nic->gone) {
+		ret = -ENODEV;
+	} else if (m->dead) {
+		ret = -ENXIO;
+	} else if (send) {
+		/* GPU -> NIC: the edu device reads the GPU BAR. */
+		ret = edu_dma(nic, gpu, EDU_BUF, n, false) ?:
+		      edu_dma(nic, EDU_BUF, nic->host_dma, n, true);
+		if (!ret)
+			memcpy(bounce, nic->host_buf, n);
+	} else {
+		/* NIC -> GPU: the edu device writes the GPU BAR. */
+		memcpy(nic->host_buf, bounce, n);
+		ret = edu_dma(nic, nic->host_dma, EDU_BUF, n, false) ?:
+		      edu_dma(nic, EDU_BUF, gpu, n, true);
+	}
+	if (!ret)
+		atomic64_add(n, &gdrnic_stats.gpu_dma_bytes);
+	mutex_unlock(&nic->engine_lock);
+	return ret;
+}
+
+static long gdrnic_xfer(struct gdrnic_file *f, void __user *uarg, bool send)
+{
+	struct gdrnic_xfer_args a;
+	struct gdrnic_mr *m;
+	u8 __user *buf;
+	void *bounce;
+	u64 done, end;
+	u32 page_size;
+	int ret = 0;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (a.pad || !a.len || a.len > GDRNIC_XFER_MAX)
+		return -EINVAL;
+	m = gdrnic_mr_get(f, a.handle);
+	if (!m)
+		return -ENOENT;
+	if (check_add_overflow(a.offset, a.len, &end) || end > m->len) {
+		ret = -EINVAL;
+		goto out;
+	}
+	bounce = kmalloc(EDU_DMA_MAX, GFP_KERNEL);
+	if (!bounce) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	buf = u64_to_user_ptr(a.buf);
+	page_size = m->info.page_size;
+	for (done = 0; done < a.len && !ret;) {
+		/* Position in the registration's pages; chunks stay inside one page. */
+		u64 pos = m->info.offset + a.offset + done;
+		u32 in_page = pos % page_size;
+		u32 n = min3(a.len - done, (u64)EDU_DMA_MAX, (u64)(page_size - in_page));
+		u64 gpu = m->info.dma_addrs[pos / page_size] + in_page;
+
+		if (!send && copy_from_user(bounce, buf + done, n)) {
+			ret = -EFAULT;
+			break;
+		}
+		ret = gdrnic_chunk(m, gpu, bounce, n, send);
+		if (!ret && send && copy_to_user(buf + done, bounce, n))
+			ret = -EFAULT;
+		done += n;
+	}
+	kfree(bounce);
+out:
+	atomic64_inc(ret ? &gdrnic_stats.failed_transfers : &gdrnic_stats.transfers);
+	gdrnic_mr_put(m);
+	return ret;
+}
+
+static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct gdrnic_file *f = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case GDRNIC_IOCTL_REG:
+		return gdrnic_reg(f, uarg);
+	case GDRNIC_IOCTL_DEREG:
+		return gdrnic_dereg(f, uarg);
+	case GDRNIC_IOCTL_SEND:
+		return gdrnic_xfer(f, uarg, true);
+	case GDRNIC_IOCTL_RECV:
+		return gdrnic_xfer(f, uarg, false);
+	default:
+		return -ENOTTY;
+	}
+}
+
+static int gdrnic_open(struct inode *inode, struct file *file)
+{
+	struct gdrnic_dev *nic = container_of(file->private_data, struct gdrnic_dev, misc);
+	struct gdrnic_file *f;
+
+	f = kzalloc_obj(*f, GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	/* The context of the opening process: its GPU memory is what REG pins. */
+	f->ctx = gdrpeer_ctx_create();
+	if (IS_ERR(f->ctx)) {
+		int ret = PTR_ERR(f->ctx);
+
+		kfree(f);
+		return ret;
+	}
+	mutex_init(&f->lock);
+	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC1);
+	kref_get(&nic->ref);
+	f->nic = nic;
+	file->private_data = f;
+	return 0;
+}
+
+static int gdrnic_release(struct inode *inode, struct file *file)
+{
+	struct gdrnic_file *f = file->private_data;
+	struct gdrnic_mr *m;
+	unsigned long handle;
+
+	/* No ioctl runs: the last reference to the file is gone. */
+	xa_for_each(&f->mrs, handle, m) {
+		xa_erase(&f->mrs, handle);
+		gdrnic_mr_put(m);
+	}
+	xa_destroy(&f->mrs);
+	gdrpeer_ctx_destroy(f->ctx);
+	kref_put(&f->nic->ref, gdrnic_dev_release);
+	mutex_destroy(&f->lock);
+	kfree(f);
+	return 0;
+}
+
+static const struct file_operations gdrnic_fops = {
+	.owner = THIS_MODULE,
+	.open = gdrnic_open,
+	.release = gdrnic_release,
+	.unlocked_ioctl = gdrnic_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+};
+
+static int gdrnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	u32 version = gdrpeer_kapi_version();
+	struct gdrnic_dev *nic;
+	int ret;
+
+	if (version >> 16 != GDRPEER_KAPI_MAJOR || (version & 0xffff) < GDRPEER_KAPI_MINOR) {
+		pci_err(pdev, "gdrpeer kernel API %u.%u, built for %u.%u\n", version >> 16,
+			version & 0xffff, GDRPEER_KAPI_MAJOR, GDRPEER_KAPI_MINOR);
+		return -ENODEV;
+	}
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	/* QEMU is started with edu's dma_mask at 64 bits: it reaches the GPU BAR. */
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret)
+		return ret;
+	pci_set_master(pdev);
+
+	nic = kzalloc_obj(*nic, GFP_KERNEL);
+	if (!nic)
+		return -ENOMEM;
+	kref_init(&nic->ref);
+	mutex_init(&nic->engine_lock);
+	nic->pdev = pdev;
+	nic->mmio = pcim_iomap_region(pdev, 0, KBUILD_MODNAME);
+	if (IS_ERR(nic->mmio)) {
+		ret = PTR_ERR(nic->mmio);
+		goto err_free;
+	}
+	if ((readl(nic->mmio + EDU_ID) & 0xff) != EDU_ID_MAGIC) {
+		pci_err(pdev, "not an edu device\n");
+		ret = -ENODEV;
+		goto err_free;
+	}
+	nic->host_buf = dma_alloc_coherent(&pdev->dev, EDU_DMA_MAX, &nic->host_dma,
+					   GFP_KERNEL);
+	if (!nic->host_buf) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+
+	mutex_lock(&gdrnic_bind_lock);
+	if (gdrnic_bound) {
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	nic->misc.minor = MISC_DYNAMIC_MINOR;
+	nic->misc.name = KBUILD_MODNAME;
+	nic->misc.fops = &gdrnic_fops;
+	nic->misc.parent = &pdev->dev;
+	ret = misc_register(&nic->misc);
+	if (ret)
+		goto err_unlock;
+	gdrnic_bound = nic;
+	mutex_unlock(&gdrnic_bind_lock);
+	pci_set_drvdata(pdev, nic);
+	pci_info(pdev, "gdrpeer kernel API %u.%u, /dev/%s\n", version >> 16, version & 0xffff,
+		 nic->misc.name);
+	return 0;
+
+err_unlock:
+	mutex_unlock(&gdrnic_bind_lock);
+	dma_free_coherent(&pdev->dev, EDU_DMA_MAX, nic->host_buf, nic->host_dma);
+err_free:
+	kref_put(&nic->ref, gdrnic_dev_release);
+	return ret;
+}
+
+static void gdrnic_remove(struct pci_dev *pdev)
+{
+	struct gdrnic_dev *nic = pci_get_drvdata(pdev);
+
+	mutex_lock(&gdrnic_bind_lock);
+	misc_deregister(&nic->misc);
+	gdrnic_bound = NULL;
+	mutex_unlock(&gdrnic_bind_lock);
+	/* Files still open fail their transfers with -ENODEV from here on. */
+	mutex_lock(&nic->engine_lock);
+	nic->gone = true;
+	dma_free_coherent(&pdev->dev, EDU_DMA_MAX, nic->host_buf, nic->host_dma);
+	mutex_unlock(&nic->engine_lock);
+	kref_put(&nic->ref, gdrnic_dev_release);
+}
+
+static const struct pci_device_id gdrnic_ids[] = {
+	{ PCI_DEVICE(EDU_VENDOR, EDU_DEVICE) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, gdrnic_ids);
+
+static struct pci_driver gdrnic_driver = {
+	.name = KBUILD_MODNAME,
+	.id_table = gdrnic_ids,
+	.probe = gdrnic_probe,
+	.remove = gdrnic_remove,
+};
+
+static int gdrnic_stats_show(struct seq_file *s, void *unused)
+{
+	seq_printf(s, "registrations %lld\n", atomic64_read(&gdrnic_stats.registrations));
+	seq_printf(s, "invalidations %lld\n", atomic64_read(&gdrnic_stats.invalidations));
+	seq_printf(s, "transfers %lld\n", atomic64_read(&gdrnic_stats.transfers));
+	seq_printf(s, "failed_transfers %lld\n", atomic64_read(&gdrnic_stats.failed_transfers));
+	seq_printf(s, "gpu_dma_bytes %lld\n", atomic64_read(&gdrnic_stats.gpu_dma_bytes));
+	seq_printf(s, "dma_ops %lld\n", atomic64_read(&gdrnic_stats.dma_ops));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gdrnic_stats);
+
+static int __init gdrnic_init(void)
+{
+	int ret;
+
+	gdrnic_dir = debugfs_create_dir(KBUILD_MODNAME, NULL);
+	debugfs_create_file("stats", 0400, gdrnic_dir, NULL, &gdrnic_stats_fops);
+	debugfs_create_u32("invalidate_delay_ms", 0600, gdrnic_dir,
+			   &gdrnic_invalidate_delay_ms);
+	debugfs_create_bool("invalidate_takes_file_lock", 0600, gdrnic_dir,
+			    &gdrnic_invalidate_takes_file_lock);
+	ret = pci_register_driver(&gdrnic_driver);
+	if (ret)
+		debugfs_remove_recursive(gdrnic_dir);
+	return ret;
+}
+
+static void __exit gdrnic_exit(void)
+{
+	pci_unregister_driver(&gdrnic_driver);
+	debugfs_remove_recursive(gdrnic_dir);
+}
+
+module_init(gdrnic_init);
+module_exit(gdrnic_exit);
+
+MODULE_DESCRIPTION("Sample NIC driver on gdrpeer's kernel API, over QEMU's edu device");
+MODULE_LICENSE("GPL");

@@ -1,0 +1,561 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The sample NIC driver (tests/gdrnic) from user space, and its tests: data moved by
+//! peer-to-peer DMA between (simulated) GPU memory and QEMU's edu device, through gdrpeer's
+//! kernel API. Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded.
+
+use crate::{all_released, eventually, gdrpeer_idle, gstat, K64};
+use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult};
+use nvsim::{check, check_eq, Gpu};
+use rustix::{
+    fd::OwnedFd,
+    fs::{open, Mode, OFlags},
+    io::Errno,
+    ioctl,
+};
+use std::{process::Command, thread, time::Duration};
+
+/// `struct gdrnic_reg_args` (tests/gdrnic/gdrnic_uapi.h).
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct RegArgs {
+    va: u64,
+    len: u64,
+    addrs: u64,
+    addrs_cap: u32,
+    handle: u32,
+    aligned_va: u64,
+    offset: u64,
+    page_count: u32,
+    page_size: u32,
+}
+
+/// `struct gdrnic_xfer_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct XferArgs {
+    handle: u32,
+    pad: u32,
+    offset: u64,
+    len: u64,
+    buf: u64,
+}
+
+const MAGIC: u8 = 0xDD;
+const REG: ioctl::Opcode = ioctl::opcode::read_write::<RegArgs>(MAGIC, 1);
+const DEREG: ioctl::Opcode = ioctl::opcode::write::<u32>(MAGIC, 2);
+const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
+const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
+/// GDRNIC_XFER_MAX.
+pub const XFER_MAX: u64 = 1 << 20;
+
+/// A registration of GPU memory with the NIC.
+#[derive(Debug, Clone)]
+pub struct Mr {
+    pub handle: u32,
+    pub aligned_va: u64,
+    pub offset: u64,
+    pub page_size: u32,
+    /// The DMA addresses the NIC uses, one per GPU page.
+    pub dma: Vec<u64>,
+}
+
+/// An open `/dev/gdrnic`: one gdrpeer context of the opening process.
+pub struct Nic {
+    fd: OwnedFd,
+}
+
+impl Nic {
+    pub fn open() -> Result<Self, Errno> {
+        let fd = open("/dev/gdrnic", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(Nic { fd })
+    }
+
+    /// Registers `[va, va + len)` of the caller's GPU memory.
+    pub fn reg(&self, va: u64, len: u64) -> Result<Mr, Errno> {
+        let mut dma = vec![0u64; (len / K64 + 2) as usize];
+        let mut a = RegArgs {
+            va,
+            len,
+            addrs: dma.as_mut_ptr() as u64,
+            addrs_cap: dma.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: REG reads and writes one `RegArgs` and writes at most `addrs_cap` u64s to
+        // `addrs`, which points to that many.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<REG, RegArgs>::new(&mut a)) }?;
+        dma.truncate(a.page_count as usize);
+        Ok(Mr {
+            handle: a.handle,
+            aligned_va: a.aligned_va,
+            offset: a.offset,
+            page_size: a.page_size,
+            dma,
+        })
+    }
+
+    pub fn dereg(&self, handle: u32) -> Result<(), Errno> {
+        // SAFETY: DEREG reads one u32.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<DEREG, u32>::new(handle)) }
+    }
+
+    /// GPU -> NIC: `len` bytes at `offset` from the registered va.
+    pub fn send(&self, handle: u32, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0u8; len];
+        self.xfer_raw::<SEND>(handle, offset, len as u64, buf.as_mut_ptr() as u64)?;
+        Ok(buf)
+    }
+
+    /// NIC -> GPU: `data` to `offset` from the registered va.
+    pub fn recv(&self, handle: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        self.xfer_raw::<RECV>(handle, offset, data.len() as u64, data.as_ptr() as u64)
+    }
+
+    fn xfer_raw<const OP: ioctl::Opcode>(
+        &self,
+        handle: u32,
+        offset: u64,
+        len: u64,
+        buf: u64,
+    ) -> Result<(), Errno> {
+        let a = XferArgs {
+            handle,
+            pad: 0,
+            offset,
+            len,
+            buf,
+        };
+        self.xfer_args::<OP>(a)
+    }
+
+    fn xfer_args<const OP: ioctl::Opcode>(&self, a: XferArgs) -> Result<(), Errno> {
+        // SAFETY: SEND and RECV read one `XferArgs`; the kernel checks `buf` (its length is
+        // `len` for every caller here but the bad-pointer test, which expects EFAULT).
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<OP, XferArgs>::new(a)) }
+    }
+}
+
+/// A counter of gdrnic's (debugfs gdrnic/stats).
+fn nstat(name: &str) -> Result<u64, String> {
+    harness::name_values("/sys/kernel/debug/gdrnic/stats")?
+        .get(name)
+        .copied()
+        .ok_or_else(|| format!("no gdrnic counter {name}"))
+}
+
+/// A byte pattern that varies with the position and the seed.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[i % 4] ^ seed)
+        .collect()
+}
+
+fn nic() -> Result<Nic, String> {
+    Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))
+}
+
+/// Has nvsim check every freed page for writes made after its free (`freed_page_writes`).
+fn check_freed() -> TestResult {
+    debugfs("check_freed", "1")
+}
+
+/// After each NIC test: no registration left in gdrnic either, and no DMA into freed GPU
+/// memory.
+pub fn nic_released() -> TestResult {
+    eventually(5, "gdrnic registrations", || {
+        Ok(nstat("registrations")? == 0)
+    })?;
+    check_freed()?;
+    all_released()
+}
+
+fn expect_err<T: std::fmt::Debug>(r: Result<T, Errno>, want: Errno, what: &str) -> TestResult {
+    match r {
+        Ok(v) => Err(format!("{what}: succeeded ({v:?}), expected {want}")),
+        Err(e) => {
+            check_eq!(e, want, what);
+            Ok(())
+        }
+    }
+}
+
+// --- The tests ----------------------------------------------------------------------------
+
+/// CPU writes to GPU memory arrive at the NIC, and the NIC's writes arrive in GPU memory,
+/// byte for byte, across 64 KiB page boundaries and at unaligned offsets; the NIC uses the
+/// bus addresses nvsim gives any client (no IOMMU: DMA address = bus address).
+fn round_trip() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+    let before = pattern(1, (4 * K64) as usize);
+    gpu.write(va, &before).map_err(errno)?;
+    let n = nic()?;
+    // Registered at an unaligned va: three pages, starting at va + 64 KiB.
+    let base = va + K64 + 333;
+    let mr = n.reg(base, 2 * K64).map_err(errno)?;
+    check_eq!(mr.aligned_va, va + K64, "aligned va");
+    check_eq!(mr.offset, 333, "offset");
+    check_eq!(mr.page_size as u64, K64, "page size");
+    check_eq!(mr.dma.len(), 3, "DMA addresses");
+    check_eq!(
+        mr.dma,
+        crate::p2pclient_addresses(va + K64, 3 * K64)?,
+        "DMA addresses vs nvsim's bus addresses"
+    );
+
+    // GPU -> NIC, 9000 bytes crossing the page boundary at va + 128 KiB.
+    let off = K64 - 333 - 4000;
+    let sent = n.send(mr.handle, off, 9000).map_err(errno)?;
+    let at = (base + off - va) as usize;
+    check!(
+        sent == before[at..at + 9000],
+        "sent bytes differ from GPU memory"
+    );
+
+    // NIC -> GPU, 7777 bytes crossing the same boundary at another offset.
+    let data = pattern(2, 7777);
+    let off = K64 - 333 - 1111;
+    n.recv(mr.handle, off, &data).map_err(errno)?;
+    let mut expect = before.clone();
+    let at = (base + off - va) as usize;
+    expect[at..at + data.len()].copy_from_slice(&data);
+    let after = gpu.read(va, (4 * K64) as usize).map_err(errno)?;
+    if let Some(i) = (0..after.len()).find(|&i| after[i] != expect[i]) {
+        return Err(format!(
+            "GPU byte {i:#x} is {:#04x}, expected {:#04x} (received range {at:#x}+{:#x})",
+            after[i],
+            expect[i],
+            data.len()
+        ));
+    }
+    // And back to the NIC.
+    check!(
+        n.send(mr.handle, off, data.len()).map_err(errno)? == data,
+        "received bytes did not come back"
+    );
+    check!(nstat("gpu_dma_bytes")? > 0, "no DMA counted");
+    n.dereg(mr.handle).map_err(errno)
+}
+
+/// Registering the same memory many times costs one nv-p2p pin; every registration gets
+/// the same DMA addresses and works.
+fn registrations_hit_the_cache() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+    let n = nic()?;
+    let pins = stat("get_pages_calls")?;
+    let hits = gstat("hits")?;
+    let first = n.reg(va, 4 * K64).map_err(errno)?;
+    let mut mrs = vec![first.clone()];
+    for i in 1..32u64 {
+        // The whole buffer, and windows inside it.
+        let (at, len) = if i % 2 == 0 {
+            (va, 4 * K64)
+        } else {
+            (va + i * 1000, K64 + i)
+        };
+        let mr = n.reg(at, len).map_err(errno)?;
+        let first_page = ((mr.aligned_va - va) / K64) as usize;
+        check_eq!(
+            mr.dma[..],
+            first.dma[first_page..first_page + mr.dma.len()],
+            "DMA addresses of a cached registration"
+        );
+        mrs.push(mr);
+    }
+    check_eq!(
+        stat("get_pages_calls")? - pins,
+        1,
+        "nv-p2p pins for 32 registrations"
+    );
+    check_eq!(gstat("hits")? - hits, 31, "cache hits");
+    let data = pattern(3, 3000);
+    let last = mrs.last().unwrap();
+    n.recv(last.handle, 10, &data).map_err(errno)?;
+    check!(
+        n.send(first.handle, 31 * 1000 + 10, data.len())
+            .map_err(errno)?
+            == data,
+        "bytes through one registration read back through another"
+    );
+    for mr in &mrs {
+        n.dereg(mr.handle).map_err(errno)?;
+    }
+    expect_err(n.dereg(first.handle), Errno::NOENT, "second dereg")?;
+    // Deregistered but cached: a new registration is still a hit.
+    n.reg(va, K64).map_err(errno)?;
+    check_eq!(
+        stat("get_pages_calls")? - pins,
+        1,
+        "nv-p2p pins after dereg"
+    );
+    Ok(())
+}
+
+/// Runs `op` on a registration in a thread and frees the GPU memory once the NIC has moved
+/// a few chunks: the op must end with ENXIO, the invalidate callback having waited for the
+/// chunk in flight.
+fn free_mid_transfer(
+    op: impl FnOnce(&Nic, &Mr) -> Result<(), Errno> + Send + 'static,
+) -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    gpu.write(va, &pattern(4, (2 * K64) as usize))
+        .map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, 2 * K64).map_err(errno)?;
+    let invalidations = nstat("invalidations")?;
+    let ops = nstat("dma_ops")?;
+    let mr2 = mr.clone();
+    let worker = thread::spawn(move || {
+        let r = op(&n, &mr2);
+        (n, r)
+    });
+    eventually(
+        30,
+        "transfer under way",
+        || Ok(nstat("dma_ops")? >= ops + 4),
+    )?;
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        nstat("invalidations")? - invalidations,
+        1,
+        "invalidations once the free returned"
+    );
+    let (n, r) = worker.join().map_err(|_| "transfer thread panicked")?;
+    expect_err(r, Errno::NXIO, "transfer cut by the free")?;
+    expect_err(
+        n.send(mr.handle, 0, 100),
+        Errno::NXIO,
+        "send after the free",
+    )?;
+    expect_err(
+        n.recv(mr.handle, 0, &[1; 100]),
+        Errno::NXIO,
+        "recv after the free",
+    )?;
+    n.dereg(mr.handle).map_err(errno)
+}
+
+fn free_during_send() -> TestResult {
+    let failed = nstat("failed_transfers")?;
+    free_mid_transfer(|n, mr| n.send(mr.handle, 0, (2 * K64) as usize).map(|_| ()))?;
+    check!(
+        nstat("failed_transfers")? > failed,
+        "no failed transfer counted"
+    );
+    Ok(())
+}
+
+/// A receive cut by the free writes nothing after the callback returned: nvsim poisons the
+/// freed pages and finds any later write (`freed_page_writes`).
+fn free_during_receive_writes_no_freed_memory() -> TestResult {
+    free_mid_transfer(|n, mr| n.recv(mr.handle, 0, &pattern(5, (2 * K64) as usize)))?;
+    // The edu engine takes 100 ms a DMA: a stray one would have landed by now.
+    thread::sleep(Duration::from_millis(500));
+    check_freed()?;
+    check_eq!(
+        stat("freed_page_writes")?,
+        0,
+        "GPU pages written after the invalidate callback returned"
+    );
+    Ok(())
+}
+
+/// Bad requests fail with their errno and leave nothing behind.
+fn bad_requests() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let n = nic()?;
+    expect_err(n.reg(va, 0), Errno::INVAL, "zero length")?;
+    expect_err(n.reg(va + 4 * K64, K64), Errno::INVAL, "not GPU memory")?;
+    let mr = n.reg(va + 10, K64).map_err(errno)?;
+    expect_err(n.send(mr.handle + 1, 0, 10), Errno::NOENT, "unknown handle")?;
+    expect_err(
+        n.send(mr.handle, K64 - 5, 10),
+        Errno::INVAL,
+        "past the registration",
+    )?;
+    expect_err(
+        n.send(mr.handle, u64::MAX, 2),
+        Errno::INVAL,
+        "offset overflowing",
+    )?;
+    expect_err(n.send(mr.handle, 0, 0), Errno::INVAL, "zero-length send")?;
+    let big = XferArgs {
+        handle: mr.handle,
+        len: XFER_MAX + 1,
+        buf: 1,
+        ..Default::default()
+    };
+    expect_err(
+        n.xfer_args::<SEND>(big),
+        Errno::INVAL,
+        "longer than GDRNIC_XFER_MAX",
+    )?;
+    let pad = XferArgs {
+        handle: mr.handle,
+        pad: 1,
+        len: 1,
+        buf: 1,
+        ..Default::default()
+    };
+    expect_err(n.xfer_args::<SEND>(pad), Errno::INVAL, "non-zero padding")?;
+    expect_err(
+        n.xfer_raw::<SEND>(mr.handle, 0, 16, 8),
+        Errno::FAULT,
+        "bad send buffer",
+    )?;
+    expect_err(
+        n.xfer_raw::<RECV>(mr.handle, 0, 16, 8),
+        Errno::FAULT,
+        "bad recv buffer",
+    )?;
+    expect_err(n.dereg(0), Errno::NOENT, "handle 0")?;
+    // The registration still works.
+    n.recv(mr.handle, 1, b"still fine").map_err(errno)?;
+    check_eq!(
+        gpu.read(va + 11, 10).map_err(errno)?,
+        b"still fine".to_vec(),
+        "bytes after the bad requests"
+    );
+    Ok(())
+}
+
+/// A registration from a forked child on its parent's file: the context belongs to the
+/// parent (EACCES), and the child's use of the parent's registration works.
+fn fork_child_cannot_register() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    let child = crate::proc::fork(|| {
+        expect_err(n.reg(va, K64), Errno::ACCESS, "child's registration")?;
+        n.send(mr.handle, 0, 8).map_err(errno)?;
+        Ok(())
+    })?;
+    crate::proc::wait(child)
+}
+
+/// The NIC module cannot go while a process has registrations; when that process is killed,
+/// everything is released and the module unloads.
+fn rmmod_with_live_registrations() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, 2 * K64).map_err(errno)?;
+    let rmmod = || Command::new("rmmod").arg("gdrnic").status();
+    check!(
+        !rmmod().map_err(|e| e.to_string())?.success(),
+        "rmmod gdrnic succeeded with a registration live"
+    );
+    n.recv(mr.handle, 0, b"alive").map_err(errno)?;
+    check_eq!(nstat("registrations")?, 1, "registrations");
+    // A killed process with registrations: its file is released at exit.
+    let child = crate::proc::spawn_ready("--nic-reg-and-wait")?;
+    check_eq!(nstat("registrations")?, 2, "registrations with the child's");
+    crate::proc::kill_and_wait(child)?;
+    eventually(10, "child's registration released", || {
+        Ok(nstat("registrations")? == 1)
+    })?;
+    drop(n);
+    drop(gpu);
+    gdrpeer_idle()?;
+    check!(
+        rmmod().map_err(|e| e.to_string())?.success(),
+        "rmmod gdrnic after the files closed"
+    );
+    let load = Command::new("gdrpeer-vmtool")
+        .args(["insmod", "/gdrpeer/modules/gdrnic.ko"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    check!(load.success(), "gdrnic.ko reloaded");
+    harness::nvsim_counters_back_to_zero()
+}
+
+/// The child of `rmmod_with_live_registrations`: registers GPU memory with the NIC, moves
+/// bytes, and waits to be killed.
+pub fn reg_and_wait() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    n.recv(mr.handle, 0, b"child").map_err(errno)?;
+    crate::proc::ready_and_wait()
+}
+
+/// An invalidate callback slower than gdrpeer's `invalidate_warn_ms` is reported.
+fn slow_invalidate_is_reported() -> TestResult {
+    let limit = crate::param("invalidate_warn_ms")?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    std::fs::write(
+        "/sys/kernel/debug/gdrnic/invalidate_delay_ms",
+        (limit + 200).to_string(),
+    )
+    .map_err(|e| e.to_string())?;
+    let r = debugfs("free", &id.to_string());
+    let _ = std::fs::write("/sys/kernel/debug/gdrnic/invalidate_delay_ms", "0");
+    r?;
+    let log = Command::new("dmesg").output().map_err(|e| e.to_string())?;
+    let log = String::from_utf8_lossy(&log.stdout);
+    check!(
+        log.lines()
+            .rev()
+            .take(50)
+            .any(|l| l.contains("invalidate callback took")),
+        "no report of the slow callback"
+    );
+    n.dereg(mr.handle).map_err(errno)
+}
+
+/// A NIC driver whose callback takes a lock it also holds around `gdrpeer_mr_pin()`
+/// (gdrnic's `invalidate_takes_file_lock`): lockdep must report the cycle through gdrpeer's
+/// `gdrpeer_invalidate` class although nothing deadlocks in this run. Turns lockdep off for
+/// the rest of the boot; the plan marks the report as expected.
+fn lockdep_sees_lock_taken_in_callback() -> TestResult {
+    let knob = "/sys/kernel/debug/gdrnic/invalidate_takes_file_lock";
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    std::fs::write(knob, "Y").map_err(|e| format!("{knob}: {e}"))?;
+    let r = debugfs("free", &id.to_string());
+    let _ = std::fs::write(knob, "N");
+    r?;
+    n.dereg(mr.handle).map_err(errno)
+}
+
+/// Tests that make lockdep report (run in a boot of their own).
+pub const LOCKDEP_TESTS: &[harness::Test] = &[(
+    "gdrnic-lockdep-sees-lock-taken-in-callback",
+    lockdep_sees_lock_taken_in_callback,
+)];
+
+pub const TESTS: &[harness::Test] = &[
+    ("gdrnic-round-trip", round_trip),
+    (
+        "gdrnic-registrations-hit-the-cache",
+        registrations_hit_the_cache,
+    ),
+    ("gdrnic-free-during-send", free_during_send),
+    (
+        "gdrnic-free-during-receive-writes-no-freed-memory",
+        free_during_receive_writes_no_freed_memory,
+    ),
+    ("gdrnic-bad-requests", bad_requests),
+    (
+        "gdrnic-fork-child-cannot-register",
+        fork_child_cannot_register,
+    ),
+    (
+        "gdrnic-rmmod-with-live-registrations",
+        rmmod_with_live_registrations,
+    ),
+    (
+        "gdrnic-slow-invalidate-is-reported",
+        slow_invalidate_is_reported,
+    ),
+];
