@@ -60,7 +60,8 @@ void gdrpeer_ctx_destroy(struct gdrpeer_ctx *ctx);
  *
  * @invalidate (not NULL) is called once, with @data, when the NVIDIA driver
  * frees the memory while it is registered, before gdrpeer frees the DMA
- * mappings. It must stop the device's use of the addresses (and wait for DMA
+ * mappings. It may run before this call returns, even when this call then
+ * fails with -ENXIO: set @data up before calling. It must stop the device's use of the addresses (and wait for DMA
  * in flight) before it returns. It runs in process context under the NVIDIA
  * driver's global lock: it may sleep briefly (gdrpeer reports one slower than
  * its invalidate_warn_ms parameter, 100 ms by default), and
