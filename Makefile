@@ -3,9 +3,11 @@
 # gdrpeer: out-of-tree Rust kernel module for GPUDirect RDMA.
 #
 #   make [KDIR=...] [LLVM=...] [NVIDIA_SRC=...]   build gdrpeer.ko (src/gdrpeer.ko)
-#   make modules_install                          install it (then depmod)
+#   make modules_install                          install gdrpeer.ko (then depmod)
+#   make install                                  that, the headers, Module.symvers, the udev rule
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
 #   make demo                                     the main job, end to end, in the test VM
+#   make stress | fuzz                            the long stress and ioctl fuzzing runs
 #   make clippy | fmt | fmtcheck | rust-analyzer | clean
 #
 # KDIR is the kernel build tree (default: the running kernel's). NVIDIA_SRC is
@@ -14,22 +16,90 @@
 
 KDIR ?= /lib/modules/$(shell uname -r)/build
 LLVM ?=
+# Without NVIDIA_SRC and NV_SYMVERS, the one NVIDIA tree under /usr/src
+# (NVIDIA_SEARCH) that has an nv-p2p.h is used, if there is exactly one, in
+# either layout: nvidia-*/nvidia/ (Debian, DKMS) or nvidia-*/kernel-open/nvidia/
+# (NVIDIA's GitHub tree). NVIDIA_SRC= (empty) turns this off.
+NVIDIA_SEARCH ?= /usr/src
+ifeq ($(origin NVIDIA_SRC)$(origin NV_SYMVERS),undefinedundefined)
+nv_found := $(sort $(patsubst %/nvidia/nv-p2p.h,%,$(wildcard $(NVIDIA_SEARCH)/nvidia-*/nvidia/nv-p2p.h)) \
+	$(patsubst %/kernel-open/nvidia/nv-p2p.h,%,$(wildcard $(NVIDIA_SEARCH)/nvidia-*/kernel-open/nvidia/nv-p2p.h)))
+ifeq ($(words $(nv_found)),1)
+NVIDIA_SRC := $(nv_found)
+nv_note_src := NVIDIA_SRC=$(NVIDIA_SRC) (the only tree with an nv-p2p.h in $(NVIDIA_SEARCH))
+else ifneq ($(nv_found),)
+nv_note_src := none of $(nv_found) chosen: set NVIDIA_SRC to one (or NVIDIA_SRC= for include/nv-p2p.h)
+endif
+endif
 NVIDIA_SRC ?=
 NV_SYMVERS ?= $(wildcard $(NVIDIA_SRC)/Module.symvers $(NVIDIA_SRC)/kernel-open/Module.symvers)
+# A driver tree that was not built has no Module.symvers: gdrpeer still builds,
+# with modpost's errors on the undefined nvidia_p2p_* turned into warnings.
+ifneq ($(NVIDIA_SRC),)
+ifeq ($(strip $(NV_SYMVERS)),)
+nv_note_symvers := $(NVIDIA_SRC) has no Module.symvers (driver not built): building with \
+	KBUILD_MODPOST_WARN=1, nvidia_p2p_* unversioned, modpost warnings about them expected
+endif
+endif
+ifneq ($(filter-out fmt fmtcheck clean check demo,$(or $(MAKECMDGOALS),all)),)
+$(if $(nv_note_src),$(info gdrpeer: $(nv_note_src)))
+$(if $(nv_note_symvers),$(info gdrpeer: $(nv_note_symvers)))
+endif
 
 KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(if $(LLVM),LLVM=$(LLVM)) \
 	$(if $(NVIDIA_SRC),NVIDIA_SRC=$(abspath $(NVIDIA_SRC))) \
-	$(if $(NV_SYMVERS),KBUILD_EXTRA_SYMBOLS="$(abspath $(NV_SYMVERS))")
+	$(if $(NV_SYMVERS),KBUILD_EXTRA_SYMBOLS="$(abspath $(NV_SYMVERS))", \
+		$(if $(NVIDIA_SRC),KBUILD_MODPOST_WARN=1))
 
-.PHONY: all modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo
+.PHONY: all modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz
 
 all: modules
 
 modules:
 	$(KMAKE) modules
 
+# Installation (Documentation/building.rst). DESTDIR stages everything under
+# another root; INSTALL_MOD_PATH, for the module, defaults to it.
+#   gdrpeer.ko        $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)/
+#   uAPI header       $(includedir)/gdrpeer/gdrpeer.h
+#   kernel API        $(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h (and uapi/gdrpeer.h)
+#   Module.symvers    $(GDRPEER_SRCDIR)/<release>/Module.symvers, for NIC drivers
+#   udev rule         $(udevrulesdir)/70-gdrpeer.rules
+# Keep GDRPEER_VERSION equal to PACKAGE_VERSION in dkms.conf.
+GDRPEER_VERSION := 0.1.0
+DESTDIR ?=
+INSTALL_MOD_PATH ?= $(DESTDIR)
+INSTALL_MOD_DIR ?= updates
+prefix ?= /usr
+includedir ?= $(prefix)/include
+udevrulesdir ?= $(prefix)/lib/udev/rules.d
+GDRPEER_SRCDIR ?= $(prefix)/src/gdrpeer-$(GDRPEER_VERSION)
+DEPMOD ?= depmod
+KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
+mod_path = $(if $(INSTALL_MOD_PATH),$(abspath $(INSTALL_MOD_PATH)))
+
+# The kernel's modules_install runs depmod only when KDIR has a System.map
+# (distribution header packages have none): then it is run here.
 modules_install:
-	$(KMAKE) modules_install
+	@test -n "$(KRELEASE)" || { echo "gdrpeer: $(KDIR) is not a built kernel tree (set KDIR)" >&2; exit 1; }
+	$(KMAKE) INSTALL_MOD_PATH=$(mod_path) INSTALL_MOD_DIR=$(INSTALL_MOD_DIR) modules_install
+	$(if $(wildcard $(KDIR)/System.map),,$(DEPMOD) -a $(if $(mod_path),-b $(mod_path)) $(KRELEASE))
+
+.PHONY: install
+install: modules_install
+	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/gdrpeer.h
+	install -D -m 0644 include/gdrpeer-kapi.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h
+	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/uapi/gdrpeer.h
+	install -D -m 0644 Module.symvers $(DESTDIR)$(GDRPEER_SRCDIR)/$(KRELEASE)/Module.symvers
+	install -D -m 0644 udev/70-gdrpeer.rules $(DESTDIR)$(udevrulesdir)/70-gdrpeer.rules
+
+# DKMS appends CC=clang and LD=ld.lld to its make command when the kernel was
+# built with LLVM; LLVM= already picks the kernel's tools, and where only
+# versioned names exist (clang-19) those unversioned ones would not run, so
+# they are not passed on to the kernel's make.
+ifneq ($(LLVM),)
+MAKEOVERRIDES := $(filter-out CC=% LD=%,$(MAKEOVERRIDES))
+endif
 
 clippy:
 	$(KMAKE) CLIPPY=1 KRUSTFLAGS=-Dwarnings modules
@@ -60,3 +130,11 @@ check:
 
 demo:
 	tests/vm/demo
+
+# The long stress and fuzzing runs (make check runs short ones); arguments in
+# STRESS_ARGS="OPS PROCS THREADS SEED" and FUZZ_ARGS="CALLS THREADS SEED".
+stress:
+	tests/vm/long stress $(STRESS_ARGS)
+
+fuzz:
+	tests/vm/long fuzz $(FUZZ_ARGS)

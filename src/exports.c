@@ -12,6 +12,9 @@
 #include "gdrpeer-kapi.h"
 #include "kapi-internal.h"
 
+/* The kernel crate's module! has no version key; modinfo shows this one. */
+MODULE_VERSION("0.1.0");
+
 u32 gdrpeer_kapi_version(void)
 {
 	return gdrpeer_rs_kapi_version();

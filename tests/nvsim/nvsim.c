@@ -85,7 +85,7 @@ static struct {
 	dma_addr_t bar_bus;	/* bus address of the BAR */
 	u32 npages;		/* 64 KiB pages in the BAR */
 	unsigned long *used;	/* pages backing an allocation */
-	unsigned long *poisoned;	/* freed pages holding NVSIM_POISON */
+	unsigned long *poisoned;	/* freed pages filled with NVSIM_POISON */
 	void __iomem *bar;	/* the BAR, for poisoning freed pages */
 	u32 *bar1_refs;		/* per BAR page: pins that map it through BAR1 */
 	u32 cursor;
@@ -96,12 +96,13 @@ static u8 nvsim_gpu_uuid[16] = { 'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-
 
 /* Counters (debugfs nvsim/stats); protected by nvsim_lock unless atomic. */
 static struct {
-	u64 allocations_live, pins_live, persistent_pins_live, dma_mappings_live;
+	u64 allocations_live, pins_live, persistent_pins_live;
 	u64 bar1_used, callbacks_fired, get_pages_calls, get_pages_failed;
-	u64 dma_map_calls, faults_injected, put_pages_wrong_process, client_errors;
+	u64 dma_map_calls, faults_injected, put_pages_wrong_process;
 	u64 freed_page_writes;
 	u64 buffer_id_next;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
+	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
 } st = { .buffer_id_next = 1 };
 
 /* A process's GPU virtual address space. */
@@ -154,6 +155,14 @@ static LIST_HEAD(nvsim_spaces);
 static LIST_HEAD(nvsim_zombies);	/* freed, still held by persistent pins */
 static LIST_HEAD(nvsim_all_allocs);
 static DEFINE_HASHTABLE(nvsim_pins, 12);
+/*
+ * nvsim_pins and every pin's maps list change under both nvsim_lock and
+ * nvsim_map_lock, and may be read under either. dma_unmap_pages takes only
+ * nvsim_map_lock, as the real driver takes only its table's mapping-list lock
+ * there (not the global one): a free callback may wait for an unmap.
+ */
+static DEFINE_SPINLOCK(nvsim_map_lock);
+static u32 unmap_delay_us;	/* debugfs unmap_delay_us */
 
 /* Fault injection: fail the next `times` calls (or `percent`% of calls). */
 struct nvsim_fault {
@@ -278,19 +287,19 @@ static void nvsim_bar1_put(struct nvsim_alloc *a, u32 first, u32 count)
 			st.bar1_used -= GPU_PAGE_SIZE;
 }
 
-static void nvsim_unmap_one(struct nvsim_pin *pin, struct nvsim_map *map)
+/* Unmaps and frees a mapping already unlinked from its pin. */
+static void nvsim_unmap_one(struct nvsim_map *map)
 {
 	u32 i;
 
 	for (i = 0; i < map->m.entries; i++)
 		dma_unmap_resource(&map->m.pci_dev->dev, map->m.dma_addresses[i],
 				   GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-	list_del(&map->node);
 	memset(map->m.dma_addresses, NVSIM_POISON, sizeof(u64) * map->m.entries);
 	kfree(map->m.dma_addresses);
 	memset(map, NVSIM_POISON, sizeof(*map));
 	kfree(map);
-	st.dma_mappings_live--;
+	atomic64_dec(&st.dma_mappings_live);
 }
 
 static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u32 first, u32 count)
@@ -338,12 +347,16 @@ static void nvsim_table_free(struct nvidia_p2p_page_table *pt)
 static void nvsim_pin_release(struct nvsim_pin *pin)
 {
 	struct nvsim_map *map, *next;
+	LIST_HEAD(maps);
 
 	lockdep_assert_held(&nvsim_lock);
-	list_for_each_entry_safe(map, next, &pin->maps, node)
-		nvsim_unmap_one(pin, map);
-	nvsim_bar1_put(pin->alloc, pin->first, pin->count);
+	spin_lock(&nvsim_map_lock);
+	list_splice_init(&pin->maps, &maps);
 	hash_del(&pin->hash);
+	spin_unlock(&nvsim_map_lock);
+	list_for_each_entry_safe(map, next, &maps, node)
+		nvsim_unmap_one(map);
+	nvsim_bar1_put(pin->alloc, pin->first, pin->count);
 	list_del(&pin->node);
 	nvsim_table_free(pin->pt);
 	if (pin->persistent)
@@ -359,8 +372,7 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
  * poison; nvsim finds that when the page is allocated again or when debugfs
  * check_freed asks, and counts it in freed_page_writes.
  */
-#define NVSIM_POISON_BYTE 0x6b
-#define NVSIM_POISON 0x6b6b6b6b6b6b6b6bULL
+#define NVSIM_POISON_WORD 0x6b6b6b6b6b6b6b6bULL	/* NVSIM_POISON in every byte */
 
 static void __iomem *nvsim_page_io(u32 bar_page)
 {
@@ -369,7 +381,7 @@ static void __iomem *nvsim_page_io(u32 bar_page)
 
 static void nvsim_poison(u32 bar_page)
 {
-	memset_io(nvsim_page_io(bar_page), NVSIM_POISON_BYTE, GPU_PAGE_SIZE);
+	memset_io(nvsim_page_io(bar_page), NVSIM_POISON, GPU_PAGE_SIZE);
 	set_bit(bar_page, gpu.poisoned);
 }
 
@@ -381,11 +393,11 @@ static void nvsim_check_poison(u32 bar_page)
 
 	lockdep_assert_held(&nvsim_lock);
 	for (off = 0; off < GPU_PAGE_SIZE; off += sizeof(u64)) {
-		if (readq(io + off) != NVSIM_POISON) {
+		if (readq(io + off) != NVSIM_POISON_WORD) {
 			st.freed_page_writes++;
 			pr_err("BAR page %u written at offset %#x after its memory was freed\n",
 			       bar_page, off);
-			memset_io(io, NVSIM_POISON_BYTE, GPU_PAGE_SIZE);
+			memset_io(io, NVSIM_POISON, GPU_PAGE_SIZE);
 			return;
 		}
 	}
@@ -530,7 +542,9 @@ static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	pin->data = data;
 	INIT_LIST_HEAD(&pin->maps);
 	list_add_tail(&pin->node, &a->pins);
+	spin_lock(&nvsim_map_lock);
 	hash_add(nvsim_pins, &pin->hash, (unsigned long)pin->pt);
+	spin_unlock(&nvsim_map_lock);
 	nvsim_bar1_get(a, first, count);
 	if (persistent)
 		st.persistent_pins_live++;
@@ -583,10 +597,14 @@ static struct nvsim_pin *nvsim_pin_by_table(struct nvidia_p2p_page_table *pt)
 static void nvsim_pin_put(struct nvsim_pin *pin)
 {
 	struct nvsim_alloc *a = pin->alloc;
+	bool mapped;
 
-	if (!list_empty(&pin->maps)) {
+	spin_lock(&nvsim_map_lock);
+	mapped = !list_empty(&pin->maps);
+	spin_unlock(&nvsim_map_lock);
+	if (mapped) {
 		pr_err("put_pages with %s DMA mappings still live\n", "its");
-		st.client_errors++;
+		atomic64_inc(&st.client_errors);
 	}
 	nvsim_pin_release(pin);
 	if (!a->space && list_empty(&a->pins))
@@ -611,7 +629,7 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			nvsim_pin_put(pin);
 	} else if (pin) {
 		pr_err("put_pages on a persistent pin\n");
-		st.client_errors++;
+		atomic64_inc(&st.client_errors);
 	}
 	mutex_unlock(&nvsim_lock);
 	return 0;
@@ -631,7 +649,7 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 		nvsim_pin_put(pin);
 		ret = 0;
 	} else {
-		st.client_errors++;
+		atomic64_inc(&st.client_errors);
 	}
 	mutex_unlock(&nvsim_lock);
 	return ret;
@@ -695,17 +713,18 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 
 		if (dma_mapping_error(&peer->dev, addr)) {
 			map->m.entries = i;
-			list_add(&map->node, &pin->maps);
-			st.dma_mappings_live++;
-			nvsim_unmap_one(pin, map);
+			atomic64_inc(&st.dma_mappings_live);
+			nvsim_unmap_one(map);
 			ret = -EIO;
 			goto out;
 		}
 		map->m.dma_addresses[i] = addr;
 	}
 	map->m.entries = pin->count;
+	spin_lock(&nvsim_map_lock);
 	list_add_tail(&map->node, &pin->maps);
-	st.dma_mappings_live++;
+	spin_unlock(&nvsim_map_lock);
+	atomic64_inc(&st.dma_mappings_live);
 	*dma_mapping = &map->m;
 	ret = 0;
 out:
@@ -718,31 +737,35 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 			       struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
+	struct nvsim_map *map, *found = NULL;
 	struct nvsim_pin *pin;
-	struct nvsim_map *map;
-	int ret = -EINVAL;
 
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
 
-	mutex_lock(&nvsim_lock);
+	/* Test knob: a slow unmap, so that a free callback can come during it. */
+	if (unmap_delay_us)
+		fsleep(unmap_delay_us);
+	/* Not nvsim_lock: the real driver takes only the mapping list's lock. */
+	spin_lock(&nvsim_map_lock);
 	pin = nvsim_pin_by_table(page_table);
-	if (!pin)
-		goto out;
-	list_for_each_entry(map, &pin->maps, node) {
-		if (&map->m != dma_mapping)
-			continue;
-		if (WARN_ON(map->m.pci_dev != peer))
-			break;
-		nvsim_unmap_one(pin, map);
-		ret = 0;
-		break;
+	if (pin) {
+		list_for_each_entry(map, &pin->maps, node) {
+			if (&map->m == dma_mapping && !WARN_ON(map->m.pci_dev != peer)) {
+				list_del(&map->node);
+				found = map;
+				break;
+			}
+		}
 	}
-out:
-	if (ret)
-		st.client_errors++;
-	mutex_unlock(&nvsim_lock);
-	return ret;
+	spin_unlock(&nvsim_map_lock);
+	if (!found) {
+		/* A table whose callback returned is freed memory in the real driver. */
+		atomic64_inc(&st.client_errors);
+		return -EINVAL;
+	}
+	nvsim_unmap_one(found);
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
 
@@ -1017,7 +1040,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "allocations_live %llu\n", st.allocations_live);
 	seq_printf(m, "pins_live %llu\n", st.pins_live);
 	seq_printf(m, "persistent_pins_live %llu\n", st.persistent_pins_live);
-	seq_printf(m, "dma_mappings_live %llu\n", st.dma_mappings_live);
+	seq_printf(m, "dma_mappings_live %lld\n", atomic64_read(&st.dma_mappings_live));
 	seq_printf(m, "bar1_used %llu\n", st.bar1_used);
 	seq_printf(m, "bar1_size %llu\n", gpu.bar1_size);
 	seq_printf(m, "bar1_reserve %lu\n", bar1_reserve);
@@ -1027,7 +1050,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "dma_map_calls %llu\n", st.dma_map_calls);
 	seq_printf(m, "faults_injected %llu\n", st.faults_injected);
 	seq_printf(m, "put_pages_wrong_process %llu\n", st.put_pages_wrong_process);
-	seq_printf(m, "client_errors %llu\n", st.client_errors);
+	seq_printf(m, "client_errors %lld\n", atomic64_read(&st.client_errors));
 	seq_printf(m, "freed_page_writes %llu\n", st.freed_page_writes);
 	seq_printf(m, "free_page_table_calls %lld\n", atomic64_read(&st.free_page_table_calls));
 	seq_printf(m, "free_dma_mapping_calls %lld\n", atomic64_read(&st.free_dma_mapping_calls));
@@ -1208,6 +1231,7 @@ static void nvsim_debugfs_init(void)
 			    &nvsim_fault_fops);
 	debugfs_create_file("free", 0200, nvsim_debugfs, NULL, &nvsim_free_fops);
 	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);
+	debugfs_create_u32("unmap_delay_us", 0600, nvsim_debugfs, &unmap_delay_us);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);
 	debugfs_create_file_unsafe("bar1_size", 0600, nvsim_debugfs, NULL, &nvsim_bar1_size_fops);
 }
@@ -1274,7 +1298,7 @@ static void nvsim_remove(struct pci_dev *pdev)
 	list_for_each_entry_safe(a, next, &nvsim_zombies, node) {
 		list_for_each_entry_safe(pin, pnext, &a->pins, node) {
 			pr_err("persistent pin left at GPU removal\n");
-			st.client_errors++;
+			atomic64_inc(&st.client_errors);
 			nvsim_pin_put(pin);
 		}
 	}

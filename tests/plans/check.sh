@@ -129,6 +129,10 @@ gdrnic_suite() {
 	unload_nv_stack
 }
 
+# --- Stress and fuzzing, short runs (make stress and make fuzz run long ones) --
+
+. $GDRPEER/plans/lib-load.sh
+
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
 # A client that takes its own lock in the free callback while calling nvsim
@@ -183,6 +187,8 @@ run_plan() {
 	done
 	t gdrnic-skewed-build-refused test_gdrnic_skewed_build_refused
 	GDRNIC_FILTER="" gdrnic_suite
+	t stress-short stress_run 20000 3 3 1
+	t fuzz-short fuzz_run 50000 4 1
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs

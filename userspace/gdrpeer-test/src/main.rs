@@ -7,9 +7,12 @@
 //! Every test ends by checking that gdrpeer holds nothing any more (its global debugfs
 //! counters) and that nvsim's counters are back to zero.
 
+mod badinput;
 mod demo;
+mod fuzz;
 mod nic;
 mod proc;
+mod stress;
 
 use gdrpeer::{Device, PciAddress, PinFlags, PinState};
 use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult, SKIP};
@@ -639,6 +642,33 @@ fn callback_frees_live_dma_mappings() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
+/// A free callback that comes while an unpin is inside dma_unmap_pages waits for it: the
+/// unmap never sees a freed table (nvsim counts one in client_errors). nvsim's
+/// `unmap_delay_us` holds the unmap open while the memory is freed. The ioctl fuzzer found
+/// this window.
+fn callback_waits_for_an_unmap() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    ok(d.dma_map(p.handle, edu()?), "dma_map")?;
+    let callbacks = stat("callbacks_fired")?;
+    debugfs("unmap_delay_us", "300000")?;
+    let r = std::thread::scope(|s| {
+        // Closing the file unpins the region: its unmap sleeps in nvsim.
+        let closer = s.spawn(move || drop(d));
+        std::thread::sleep(Duration::from_millis(100));
+        let freed = debugfs("free", &id.to_string());
+        closer.join().map_err(|_| "close panicked".to_string())?;
+        freed
+    });
+    debugfs("unmap_delay_us", "0")?;
+    r?;
+    check_eq!(stat("client_errors")?, 0, "unmaps of a freed table");
+    check_eq!(stat("callbacks_fired")? - callbacks, 1, "callbacks");
+    Ok(())
+}
+
 fn dma_map_checks_the_peer() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
@@ -743,6 +773,10 @@ const TESTS: &[Test] = &[
         callback_frees_live_dma_mappings,
     ),
     ("gdrpeer-dma-map-checks-the-peer", dma_map_checks_the_peer),
+    (
+        "gdrpeer-callback-waits-for-an-unmap",
+        callback_waits_for_an_unmap,
+    ),
     ("gdrpeer-fork-child-gets-eacces", fork_child_gets_eacces),
     ("gdrpeer-fork-child-closes-last", fork_child_closes_last),
     (
@@ -757,6 +791,7 @@ const TESTS: &[Test] = &[
         "gdrpeer-rmmod-refused-while-in-use",
         rmmod_refused_while_in_use,
     ),
+    ("gdrpeer-bad-input-table", badinput::bad_input_table),
 ];
 
 fn main() -> ExitCode {
@@ -780,6 +815,9 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("--demo") => return narrated(demo::run()),
         Some("--demo-nic") => return narrated(demo::nic()),
+        Some("--stress") => return narrated(stress::run(&args[1..])),
+        Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
+        Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
         // The sample NIC's tests (gdrnic.ko loaded), and those that make lockdep report.
         Some(mode @ ("--nic" | "--nic-lockdep")) => {
             let tests = if mode == "--nic" {

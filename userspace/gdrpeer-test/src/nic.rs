@@ -452,7 +452,7 @@ fn rmmod_with_live_registrations() -> TestResult {
     n.recv(mr.handle, 0, b"alive").map_err(errno)?;
     check_eq!(nstat("registrations")?, 1, "registrations");
     // A killed process with registrations: its file is released at exit.
-    let child = crate::proc::spawn_ready("--nic-reg-and-wait")?;
+    let (child, _) = crate::proc::spawn_ready("--nic-reg-and-wait")?;
     check_eq!(nstat("registrations")?, 2, "registrations with the child's");
     crate::proc::kill_and_wait(child)?;
     eventually(10, "child's registration released", || {

@@ -258,7 +258,7 @@ pub enum Handover {
     ScmRights,
 }
 
-fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> TestResult {
+pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> TestResult {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
     let fds = [fd];
@@ -276,7 +276,7 @@ fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> TestResult {
     Ok(())
 }
 
-fn recv_fd(sock: BorrowedFd<'_>) -> Result<OwnedFd, String> {
+pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<OwnedFd, String> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let mut byte = [0u8; 1];
@@ -392,8 +392,9 @@ pub fn rmmod_gdrpeer() -> Result<bool, String> {
     Ok(out.status.success())
 }
 
-/// Runs this program as a child in `mode` and waits until it prints "ready".
-pub fn spawn_ready(mode: &str) -> Result<Child, String> {
+/// Runs this program as a child in `mode` and waits until it prints "ready", returning the
+/// rest of that line.
+pub fn spawn_ready(mode: &str) -> Result<(Child, String), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .arg(mode)
@@ -404,11 +405,12 @@ pub fn spawn_ready(mode: &str) -> Result<Child, String> {
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .map_err(|e| e.to_string())?;
-    if line.trim() != "ready" {
+    let Some(rest) = line.trim().strip_prefix("ready") else {
         let _ = kill_and_wait(child);
         return Err(format!("child {mode}: '{}'", line.trim()));
-    }
-    Ok(child)
+    };
+    let rest = rest.trim().to_string();
+    Ok((child, rest))
 }
 
 /// Kills a child with SIGKILL and reaps it.
@@ -422,7 +424,7 @@ pub fn kill_and_wait(mut child: Child) -> TestResult {
 
 /// A process with pins and a DMA mapping is killed: its files' release frees everything.
 pub fn killed_process_leaves_nothing() -> TestResult {
-    let child = spawn_ready("--pin-and-wait")?;
+    let (child, _) = spawn_ready("--pin-and-wait")?;
     check!(gstat("regions")? >= 3, "child's regions not pinned");
     check_eq!(stat("dma_mappings_live")?, 1, "child's DMA mapping");
     kill_and_wait(child)
@@ -430,7 +432,12 @@ pub fn killed_process_leaves_nothing() -> TestResult {
 
 /// Prints "ready" and sleeps until killed.
 pub fn ready_and_wait() -> TestResult {
-    println!("ready");
+    ready_and_wait_with("")
+}
+
+/// Prints "ready WHAT" and sleeps until killed.
+fn ready_and_wait_with(what: &str) -> TestResult {
+    println!("ready {what}");
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     std::thread::sleep(std::time::Duration::from_secs(60));
     Ok(())
@@ -448,11 +455,19 @@ fn pin_and_wait() -> TestResult {
     ready_and_wait()
 }
 
+/// Allocates GPU memory, prints "ready VA" and waits to be killed.
+fn gpu_alloc_and_wait() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    ready_and_wait_with(&va.to_string())
+}
+
 /// The modes in which the tests run this program as a child.
 pub fn child_main(args: &[String]) -> Option<ExitCode> {
     let run: fn() -> TestResult = match args {
         [mode] if mode == "--pin-and-wait" => pin_and_wait,
         [mode] if mode == "--nic-reg-and-wait" => crate::nic::reg_and_wait,
+        [mode] if mode == "--gpu-alloc-and-wait" => gpu_alloc_and_wait,
         _ => return None,
     };
     Some(match run() {

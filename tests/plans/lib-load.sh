@@ -1,0 +1,28 @@
+# SPDX-License-Identifier: GPL-2.0
+# The stress and fuzz runs, shared by check.sh (short runs) and stress.sh and
+# fuzz.sh (make stress, make fuzz). Sourced by plans.
+
+# stress_run OPS PROCS THREADS SEED: nvsim, gdrpeer (a small region limit, so
+# that evictions happen too) and the sample NIC, then gdrpeer-test --stress
+# (userspace/gdrpeer-test/src/stress.rs).
+stress_run() {
+	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	load $GDRPEER/modules/nvsim.ko &&
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=8 invalidate_warn_ms=1000 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load"
+	gdrpeer-test --stress "$@"
+	rc=$?
+	for m in gdrnic gdrpeer nvsim; do unload $m; done
+	return $rc
+}
+
+# fuzz_run CALLS THREADS SEED: nvsim and gdrpeer, then gdrpeer-test --fuzz
+# (userspace/gdrpeer-test/src/fuzz.rs).
+fuzz_run() {
+	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko || fail "load"
+	gdrpeer-test --fuzz "$@"
+	rc=$?
+	for m in gdrpeer nvsim; do unload $m; done
+	return $rc
+}

@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `gdrpeer-bad-input-table`: every row of the bad-input table in Documentation/uapi.rst,
+//! checked. The table is read from the document itself, so a row without a check here, or a
+//! check without a row there, fails the test.
+
+use crate::{dev, edu, fails, ok, param, proc, K64};
+use gdrpeer::{uapi, Device, PinFlags};
+use nvsim::testing::{debugfs, errno, TestResult};
+use nvsim::{check, check_eq, Gpu};
+use rustix::{
+    fd::{AsFd, AsRawFd, BorrowedFd},
+    io::Errno,
+    net,
+};
+use std::collections::BTreeMap;
+
+const UAPI_RST: &str = include_str!("../../../Documentation/uapi.rst");
+
+/// The rows of the "Bad input" table: (row, errno name).
+fn table() -> Result<Vec<(String, String)>, String> {
+    let start = UAPI_RST
+        .find("\nBad input\n=========\n")
+        .ok_or("uapi.rst has no Bad input section")?;
+    let mut rows = Vec::new();
+    // The body: between the rule under the "Row" header and the closing rule.
+    let body = UAPI_RST[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("Row "))
+        .skip(2)
+        .take_while(|l| !l.starts_with("==="));
+    for line in body {
+        let Some(rest) = line.strip_prefix("``") else {
+            continue;
+        };
+        let Some((row, rest)) = rest.split_once("``") else {
+            continue;
+        };
+        let errno = rest
+            .trim_end()
+            .rsplit_once("``")
+            .and_then(|(r, _)| r.rsplit_once("``"))
+            .map(|(_, e)| e.to_string())
+            .ok_or_else(|| format!("row {row}: no errno"))?;
+        rows.push((row.to_string(), errno));
+    }
+    check!(!rows.is_empty(), "the Bad input table has no rows");
+    Ok(rows)
+}
+
+/// A raw ioctl: its errno, or success.
+fn raw(fd: BorrowedFd<'_>, cmd: u32, arg: usize) -> Result<(), Errno> {
+    // SAFETY: every caller passes either an argument of the command's size and layout or an
+    // address that is not mapped (the kernel must answer EFAULT, touching nothing).
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, arg) };
+    if r < 0 {
+        Err(Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn must_fail(r: Result<(), Errno>, what: &str) -> Result<Errno, String> {
+    r.err().ok_or_else(|| format!("{what}: succeeded"))
+}
+
+fn gerr<T: std::fmt::Debug>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<Errno, String> {
+    fails(r, what)
+}
+
+/// GPU memory, a device, and a pin of its first page, for the rows that need them.
+struct Setup {
+    gpu: Gpu,
+    va: u64,
+    id: u64,
+    d: Device,
+    handle: u64,
+}
+
+fn setup() -> Result<Setup, String> {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let handle = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?.handle;
+    Ok(Setup {
+        gpu,
+        va,
+        id,
+        d,
+        handle,
+    })
+}
+
+/// Forks a child that runs `f` and exits with the errno it found.
+fn fork_errno(f: impl FnOnce() -> Result<Errno, String>) -> Result<libc::pid_t, String> {
+    // SAFETY: the test program is single-threaded here; the child makes system calls and
+    // exits without unwinding.
+    match unsafe { libc::fork() } {
+        -1 => Err("fork failed".into()),
+        0 => {
+            let code = match f() {
+                Ok(e) => e.raw_os_error(),
+                Err(e) => {
+                    println!("child: {e}");
+                    255
+                }
+            };
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(code) }
+        }
+        pid => Ok(pid),
+    }
+}
+
+/// The errno a child of [`fork_errno`] found.
+fn wait_errno(pid: libc::pid_t) -> Result<Errno, String> {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    check!(
+        libc::WIFEXITED(status) && (1..255).contains(&libc::WEXITSTATUS(status)),
+        "child failed (status {status:#x})"
+    );
+    Ok(Errno::from_raw_os_error(libc::WEXITSTATUS(status)))
+}
+
+fn in_child(f: impl FnOnce() -> Result<Errno, String>) -> Result<Errno, String> {
+    wait_errno(fork_errno(f)?)
+}
+
+fn pin_errno(d: &Device, va: u64, len: u64) -> Result<Errno, String> {
+    gerr(d.pin(va, len, PinFlags::empty()), "PIN")
+}
+
+/// Each row's check: the errno the input gets.
+fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
+    let mut c: BTreeMap<&'static str, fn() -> Result<Errno, String>> = BTreeMap::new();
+    c.insert("open-unprivileged", || {
+        in_child(|| {
+            // SAFETY: plain system calls in the forked child.
+            check!(
+                unsafe { libc::setgid(65534) == 0 && libc::setuid(65534) == 0 },
+                "setuid"
+            );
+            match Device::open_default() {
+                Ok(_) => Err("opened as uid 65534".into()),
+                Err(e) => e.errno().ok_or_else(|| e.to_string()),
+            }
+        })
+    });
+    c.insert("pin-zero-length", || {
+        let s = setup()?;
+        pin_errno(&s.d, s.va, 0)
+    });
+    c.insert("pin-range-overflows", || {
+        pin_errno(&dev()?, u64::MAX - K64, 2 * K64)
+    });
+    c.insert("pin-rounded-end-overflows", || {
+        pin_errno(&dev()?, u64::MAX - 10, 5)
+    });
+    c.insert("pin-longer-than-limit", || {
+        let s = setup()?;
+        pin_errno(&s.d, s.va, param("max_pin_bytes")? + 1)
+    });
+    c.insert("pin-unknown-flags", || {
+        let s = setup()?;
+        let p = uapi::Pin {
+            flags: 0x80,
+            va: s.va,
+            len: K64,
+            ..uapi::Pin::new()
+        };
+        must_fail(
+            raw(s.d.as_fd(), uapi::IOCTL_PIN, &p as *const _ as usize),
+            "PIN with flag 0x80",
+        )
+    });
+    c.insert("pin-not-gpu-memory", || {
+        pin_errno(&dev()?, 0x1000_0000, K64)
+    });
+    c.insert("pin-other-process-memory", || {
+        let (child, va) = proc::spawn_ready("--gpu-alloc-and-wait")?;
+        let va: u64 = va
+            .trim()
+            .parse()
+            .map_err(|_| format!("child said '{va}'"))?;
+        let r = pin_errno(&dev()?, va, K64);
+        proc::kill_and_wait(child)?;
+        r
+    });
+    c.insert("pin-freed-memory", || {
+        let s = setup()?;
+        s.gpu.free(s.va).map_err(errno)?;
+        pin_errno(&s.d, s.va, K64)
+    });
+    c.insert("wrong-struct-size", || {
+        let s = setup()?;
+        let mut seen = Vec::new();
+        let mut v = uapi::Version {
+            size: 8,
+            ..uapi::Version::new()
+        };
+        seen.push(raw(
+            s.d.as_fd(),
+            uapi::IOCTL_GET_VERSION,
+            &mut v as *mut _ as usize,
+        ));
+        let p = uapi::Pin {
+            size: 8,
+            va: s.va,
+            len: K64,
+            ..uapi::Pin::new()
+        };
+        seen.push(raw(s.d.as_fd(), uapi::IOCTL_PIN, &p as *const _ as usize));
+        let u = uapi::Unpin {
+            size: 4,
+            handle: s.handle,
+            ..uapi::Unpin::new()
+        };
+        seen.push(raw(s.d.as_fd(), uapi::IOCTL_UNPIN, &u as *const _ as usize));
+        let mut i = uapi::Info {
+            size: 0,
+            handle: s.handle,
+            ..uapi::Info::new()
+        };
+        seen.push(raw(
+            s.d.as_fd(),
+            uapi::IOCTL_GET_INFO,
+            &mut i as *mut _ as usize,
+        ));
+        let mut st = uapi::Stats {
+            size: 1,
+            ..uapi::Stats::new()
+        };
+        seen.push(raw(
+            s.d.as_fd(),
+            uapi::IOCTL_STATS,
+            &mut st as *mut _ as usize,
+        ));
+        same_errno(seen, "wrong size")
+    });
+    c.insert("nonzero-padding", || {
+        let s = setup()?;
+        let u = uapi::Unpin {
+            pad: 1,
+            handle: s.handle,
+            ..uapi::Unpin::new()
+        };
+        let mut m = uapi::DmaMap {
+            pad: 1,
+            handle: s.handle,
+            ..uapi::DmaMap::new()
+        };
+        let mut st = uapi::Stats {
+            pad: 1,
+            ..uapi::Stats::new()
+        };
+        same_errno(
+            vec![
+                raw(s.d.as_fd(), uapi::IOCTL_UNPIN, &u as *const _ as usize),
+                raw(s.d.as_fd(), uapi::IOCTL_DMA_MAP, &mut m as *mut _ as usize),
+                raw(s.d.as_fd(), uapi::IOCTL_STATS, &mut st as *mut _ as usize),
+            ],
+            "padding",
+        )
+    });
+    c.insert("unknown-handle", || {
+        let s = setup()?;
+        let h = s.handle + 1000;
+        let e = [
+            gerr(s.d.unpin(h), "UNPIN")?,
+            gerr(s.d.info(h), "GET_INFO")?,
+            gerr(s.d.get_pages(h), "GET_PAGES")?,
+            gerr(s.d.dma_map(h, edu()?), "DMA_MAP")?,
+        ];
+        same_errno(e.iter().map(|e| Err(*e)).collect(), "unknown handle")
+    });
+    c.insert("double-unpin", || {
+        let s = setup()?;
+        ok(s.d.unpin(s.handle), "first UNPIN")?;
+        gerr(s.d.unpin(s.handle), "second UNPIN")
+    });
+    c.insert("handle-of-another-file", || {
+        let s = setup()?;
+        gerr(dev()?.info(s.handle), "GET_INFO on another file")
+    });
+    c.insert("file-of-another-process", || {
+        let s = setup()?;
+        in_child(|| pin_errno(&s.d, s.va, K64))
+    });
+    c.insert("file-passed-by-scm-rights", || {
+        let s = setup()?;
+        let (mine, theirs) = net::socketpair(
+            net::AddressFamily::UNIX,
+            net::SocketType::STREAM,
+            net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(errno)?;
+        let va = s.va;
+        let pid = fork_errno(move || {
+            let fd = proc::recv_fd(theirs.as_fd())?;
+            let p = uapi::Pin {
+                va,
+                len: K64,
+                ..uapi::Pin::new()
+            };
+            must_fail(
+                raw(fd.as_fd(), uapi::IOCTL_PIN, &p as *const _ as usize),
+                "PIN",
+            )
+        })?;
+        // A file the child never had, opened after the fork, reaches it only by the socket.
+        proc::send_fd(mine.as_fd(), dev()?.as_fd())?;
+        wait_errno(pid)
+    });
+    c.insert("bad-argument-pointer", || {
+        must_fail(
+            raw(dev()?.as_fd(), uapi::IOCTL_PIN, 8),
+            "PIN with pointer 8",
+        )
+    });
+    c.insert("bad-address-array", || {
+        let s = setup()?;
+        let mut g = uapi::GetPages {
+            count: 2,
+            handle: s.handle,
+            addrs: 8,
+            ..uapi::GetPages::new()
+        };
+        must_fail(
+            raw(
+                s.d.as_fd(),
+                uapi::IOCTL_GET_PAGES,
+                &mut g as *mut _ as usize,
+            ),
+            "GET_PAGES into address 8",
+        )
+    });
+    c.insert("short-address-array", || {
+        let s = setup()?;
+        Ok(proc::get_pages_into(&s.d, s.handle, 1)?
+            .err()
+            .ok_or("GET_PAGES of 1 entry")?)
+    });
+    c.insert("get-pages-unprivileged", || {
+        let s = setup()?;
+        Ok(proc::without_rawio(&s.d, s.handle)?.0)
+    });
+    c.insert("dma-map-unprivileged", || {
+        let s = setup()?;
+        Ok(proc::without_rawio(&s.d, s.handle)?.1)
+    });
+    c.insert("dma-map-no-such-device", || {
+        let s = setup()?;
+        let nowhere = gdrpeer::PciAddress {
+            domain: 0x7777,
+            bus: 0x42,
+            devfn: 0,
+        };
+        gerr(s.d.dma_map(s.handle, nowhere), "DMA_MAP")
+    });
+    c.insert("get-pages-revoked", || {
+        let s = setup()?;
+        debugfs("free", &s.id.to_string())?;
+        gerr(s.d.get_pages(s.handle), "GET_PAGES")
+    });
+    c.insert("dma-map-revoked", || {
+        let s = setup()?;
+        debugfs("free", &s.id.to_string())?;
+        gerr(s.d.dma_map(s.handle, edu()?), "DMA_MAP")
+    });
+    c.insert("unknown-command", || {
+        const UNKNOWN: u32 = rustix::ioctl::opcode::read_write::<uapi::Pin>(uapi::IOCTL_MAGIC, 99);
+        let mut p = uapi::Pin::new();
+        must_fail(
+            raw(dev()?.as_fd(), UNKNOWN, &mut p as *mut _ as usize),
+            "command 99",
+        )
+    });
+    c.insert("command-size-mismatch", || {
+        // PIN's number with an argument 8 bytes longer.
+        let cmd = uapi::IOCTL_PIN + (8 << 16);
+        let mut buf = [0u64; 8];
+        must_fail(
+            raw(dev()?.as_fd(), cmd, buf.as_mut_ptr() as usize),
+            "PIN with another size",
+        )
+    });
+    c
+}
+
+/// The errno all of `results` failed with, if they agree.
+fn same_errno(results: Vec<Result<(), Errno>>, what: &str) -> Result<Errno, String> {
+    let errs: Vec<Errno> = results
+        .iter()
+        .map(|r| r.err().ok_or_else(|| format!("{what}: a call succeeded")))
+        .collect::<Result<_, _>>()?;
+    check!(
+        errs.windows(2).all(|w| w[0] == w[1]),
+        "{what}: different errnos {errs:?}"
+    );
+    Ok(errs[0])
+}
+
+fn errno_name(e: Errno) -> String {
+    let names = [
+        (Errno::ACCESS, "EACCES"),
+        (Errno::INVAL, "EINVAL"),
+        (Errno::FAULT, "EFAULT"),
+        (Errno::NOSPC, "ENOSPC"),
+        (Errno::PERM, "EPERM"),
+        (Errno::NODEV, "ENODEV"),
+        (Errno::NXIO, "ENXIO"),
+        (Errno::NOTTY, "ENOTTY"),
+        (Errno::NOENT, "ENOENT"),
+        (Errno::OPNOTSUPP, "EOPNOTSUPP"),
+        (Errno::NOMEM, "ENOMEM"),
+    ];
+    names.iter().find(|(n, _)| *n == e).map_or_else(
+        || format!("errno {}", e.raw_os_error()),
+        |(_, s)| s.to_string(),
+    )
+}
+
+pub fn bad_input_table() -> TestResult {
+    let rows = table()?;
+    let mut checks = checks();
+    let mut wrong = Vec::new();
+    for (row, want) in &rows {
+        let Some(f) = checks.remove(row.as_str()) else {
+            wrong.push(format!("{row}: no check for this row"));
+            continue;
+        };
+        match f() {
+            Ok(e) if errno_name(e) == *want => println!("  {row:<28} {want}"),
+            Ok(e) => wrong.push(format!(
+                "{row}: got {}, the table says {want}",
+                errno_name(e)
+            )),
+            Err(e) => wrong.push(format!("{row}: {e}")),
+        }
+        // Every row leaves the module as it found it.
+        crate::all_released().map_err(|e| format!("after {row}: {e}"))?;
+    }
+    for row in checks.keys() {
+        wrong.push(format!("{row}: checked but not in the table"));
+    }
+    check_eq!(wrong, Vec::<String>::new(), "bad-input rows");
+    Ok(())
+}

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `gdrpeer-test --fuzz CALLS THREADS SEED`: random and mutated ioctls on `/dev/gdrpeer`.
+//!
+//! Threads send commands with random numbers, sizes and directions, gdrpeer's own commands
+//! with mutated fields (sizes, flags, handles, addresses, lengths, counts, padding), bad and
+//! unmapped pointers, while other threads replace the file under them (`dup2` over the
+//! descriptor closes the old file mid-call) and GPU memory is freed under the pins. Pointers
+//! the kernel may write through point into a scratch arena or are invalid, never into the
+//! fuzzer's own data. The kernel must stay healthy (the log oracle watches), a final
+//! GET_VERSION must work, and nothing may be left pinned.
+//!
+//! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
+//! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
+
+use crate::{edu, gdrpeer_idle, K64};
+use gdrpeer::{uapi, Device};
+use nvsim::testing::{self as harness, TestResult};
+use nvsim::{check, Gpu};
+use rustix::{
+    fd::{AsFd, AsRawFd, OwnedFd},
+    io::Errno,
+    mm::{mmap_anonymous, munmap, MapFlags, ProtFlags},
+};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicI32, AtomicU64, Ordering::Relaxed},
+        Mutex,
+    },
+    thread,
+    time::Instant,
+};
+
+/// ioctl types the VFS answers for every file ('T' FIO*, 'X' FIFREEZE/FSGETXATTR,
+/// 'f' FS_IOC_*, 0x94 FICLONE/FIDEDUPE, 0x15 FS_IOC_GETFSUUID).
+const VFS_TYPES: [u32; 5] = [0x54, 0x58, 0x66, 0x94, 0x15];
+
+/// The scratch memory the kernel may write into.
+const ARENA: usize = 1 << 20;
+
+/// gdrpeer's commands with their argument sizes.
+const COMMANDS: [(u32, usize); 7] = [
+    (uapi::IOCTL_GET_VERSION, size_of::<uapi::Version>()),
+    (uapi::IOCTL_PIN, size_of::<uapi::Pin>()),
+    (uapi::IOCTL_UNPIN, size_of::<uapi::Unpin>()),
+    (uapi::IOCTL_GET_INFO, size_of::<uapi::Info>()),
+    (uapi::IOCTL_GET_PAGES, size_of::<uapi::GetPages>()),
+    (uapi::IOCTL_DMA_MAP, size_of::<uapi::DmaMap>()),
+    (uapi::IOCTL_STATS, size_of::<uapi::Stats>()),
+];
+
+struct Fuzzer {
+    /// The descriptor numbers the threads use; `dup2` replaces the file behind them.
+    fds: Vec<AtomicI32>,
+    arena: usize,
+    /// An address that was mapped and no longer is.
+    hole: usize,
+    /// GPU memory the pins may land in, as (va, len).
+    gpu: Mutex<Vec<(u64, u64)>>,
+    /// Handles pins returned (random values are tried too).
+    handles: Mutex<Vec<u64>>,
+    peer: (u32, u8, u8),
+    calls: AtomicU64,
+    errnos: Mutex<BTreeMap<String, u64>>,
+}
+
+// SAFETY (for the raw pointers kept as integers): `arena` is a private mapping that lives
+// until `run` returns, after every thread has been joined.
+
+impl Fuzzer {
+    /// A pointer argument: mostly into the arena, sometimes invalid.
+    fn pointer(&self, rng: &mut fastrand::Rng, len: usize) -> u64 {
+        match rng.u32(0..20) {
+            0 => 0,
+            1 => 8,
+            2 => self.hole as u64,
+            3 => 0xffff_8880_0000_0000,
+            4 => (self.arena + ARENA - rng.usize(1..64)) as u64, // runs off the end
+            _ => (self.arena + rng.usize(0..ARENA - len.max(1))) as u64,
+        }
+    }
+
+    fn value(&self, rng: &mut fastrand::Rng) -> u64 {
+        match rng.u32(0..10) {
+            0 => 0,
+            1 => u64::MAX,
+            2 => rng.u64(..),
+            3 => 1 << rng.u32(0..64),
+            4 => rng.u64(0..4096),
+            _ => rng.u64(0..=4) * K64 + rng.u64(0..=1) * rng.u64(0..K64),
+        }
+    }
+
+    /// Writes a plausible, mutated argument for command `nr` at `at` in the arena.
+    fn argument(&self, rng: &mut fastrand::Rng, cmd: u32, size: usize, at: usize) {
+        let mut words = vec![0u64; size.div_ceil(8).max(4)];
+        let gpu = {
+            let g = self.gpu.lock().unwrap();
+            (!g.is_empty()).then(|| g[rng.usize(0..g.len())])
+        };
+        let handle = {
+            let h = self.handles.lock().unwrap();
+            if !h.is_empty() && rng.bool() {
+                h[rng.usize(0..h.len())]
+            } else {
+                self.value(rng)
+            }
+        };
+        // Word 0: size (low) and the next u32 (flags, count or padding).
+        let size_field = match rng.u32(0..8) {
+            0 => rng.u32(..),
+            1 => size as u32 + 8,
+            _ => size as u32,
+        };
+        let second = if rng.u32(0..6) == 0 {
+            rng.u32(..)
+        } else {
+            rng.u32(0..4) * 256
+        };
+        words[0] = u64::from(size_field) | u64::from(second) << 32;
+        for w in words.iter_mut().skip(1) {
+            *w = self.value(rng);
+        }
+        if cmd == uapi::IOCTL_PIN {
+            if let Some((va, len)) = gpu {
+                words[1] = va + rng.u64(0..len);
+                words[2] = rng.u64(1..=len);
+            }
+        } else {
+            words[1] = handle;
+        }
+        if cmd == uapi::IOCTL_GET_PAGES || cmd == uapi::IOCTL_DMA_MAP {
+            // count (second u32) and addrs: sometimes right, sometimes not.
+            let count = rng.u32(0..8);
+            words[0] = u64::from(size_field) | u64::from(count) << 32;
+            words[2] = self.pointer(rng, count as usize * 8);
+            if cmd == uapi::IOCTL_DMA_MAP && rng.u32(0..4) != 0 {
+                let (d, b, f) = self.peer;
+                words[3] = u64::from(d) | u64::from(b) << 32 | u64::from(f) << 40;
+            }
+        }
+        // SAFETY: `at + size` is inside the arena (the caller's choice of `at`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                words.as_ptr().cast::<u8>(),
+                (self.arena + at) as *mut u8,
+                size,
+            )
+        };
+    }
+
+    fn one_call(&self, rng: &mut fastrand::Rng) {
+        let fd = self.fds[rng.usize(0..self.fds.len())].load(Relaxed);
+        let (cmd, size) = match rng.u32(0..10) {
+            // One of gdrpeer's commands with a mutated argument.
+            0..=5 => COMMANDS[rng.usize(0..COMMANDS.len())],
+            // gdrpeer's magic with a random number, direction and size.
+            6 | 7 => {
+                let size = rng.usize(0..256);
+                let cmd = rng.u32(0..4) << 30
+                    | (size as u32) << 16
+                    | u32::from(uapi::IOCTL_MAGIC) << 8
+                    | rng.u32(0..256);
+                (cmd, size)
+            }
+            // Anything, but not what the VFS itself handles.
+            _ => loop {
+                let cmd = rng.u32(..);
+                if !VFS_TYPES.contains(&(cmd >> 8 & 0xff)) {
+                    break (cmd, ((cmd >> 16) & 0x3fff) as usize);
+                }
+            },
+        };
+        let size = size.min(4096);
+        let arg = if rng.u32(0..12) == 0 {
+            self.pointer(rng, 0)
+        } else {
+            let at = rng.usize(0..ARENA - 4096) & !7;
+            self.argument(rng, cmd, size, at);
+            (self.arena + at) as u64
+        };
+        // SAFETY: the kernel reads and writes at most `size` bytes at `arg`, which is in the
+        // arena or invalid; nothing else of ours is reachable through it.
+        let r = unsafe { libc::ioctl(fd, cmd as _, arg as usize) };
+        let name = if r < 0 {
+            Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+                .to_string()
+        } else {
+            "success".to_string()
+        };
+        if r >= 0 && cmd == uapi::IOCTL_PIN {
+            // SAFETY: PIN wrote its result at `arg`, in the arena.
+            let p = unsafe { std::ptr::read_unaligned(arg as *const uapi::Pin) };
+            self.handles.lock().unwrap().push(p.handle);
+        }
+        self.calls.fetch_add(1, Relaxed);
+        *self.errnos.lock().unwrap().entry(name).or_default() += 1;
+    }
+}
+
+fn open_raw() -> Result<OwnedFd, String> {
+    let d = Device::open_default().map_err(|e| e.to_string())?;
+    d.as_fd().try_clone_to_owned().map_err(|e| e.to_string())
+}
+
+/// `args`: CALLS THREADS SEED.
+pub fn run(args: &[String]) -> TestResult {
+    let num = |i: usize, default: u64| -> Result<u64, String> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse().map_err(|_| format!("--fuzz: bad number '{s}'"))
+        })
+    };
+    let (calls, threads, seed) = (num(0, 20_000)?, num(1, 4)?, num(2, 1)?);
+    check!(threads > 0, "--fuzz: THREADS must be > 0");
+    println!("fuzz: {calls} ioctls, {threads} threads, seed {seed}");
+    // SAFETY: fresh private anonymous mappings, unmapped below after the threads ended.
+    let arena = unsafe {
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            ARENA + 4096,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }
+    .map_err(harness::errno)?;
+    let hole = arena as usize + ARENA;
+    // SAFETY: unmapping the last page of the mapping made above: a hole.
+    unsafe { munmap(hole as *mut _, 4096) }.map_err(harness::errno)?;
+    let gpu = Gpu::open().map_err(harness::errno)?;
+    let mut fds = Vec::new();
+    let mut owned = Vec::new();
+    for _ in 0..3 {
+        let fd = open_raw()?;
+        fds.push(AtomicI32::new(fd.as_raw_fd()));
+        owned.push(fd);
+    }
+    let peer = edu()?;
+    let f = Fuzzer {
+        fds,
+        arena: arena as usize,
+        hole,
+        gpu: Mutex::new(Vec::new()),
+        handles: Mutex::new(Vec::new()),
+        peer: (peer.domain, peer.bus, peer.devfn),
+        calls: AtomicU64::new(0),
+        errnos: Mutex::new(BTreeMap::new()),
+    };
+    let start = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let replaced = AtomicU64::new(0);
+    let per_thread = calls / threads;
+    thread::scope(|s| -> TestResult {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(seed * 1000 + t);
+                    for _ in 0..per_thread {
+                        f.one_call(&mut rng);
+                    }
+                })
+            })
+            .collect();
+        // Meanwhile: replace files under the threads and free GPU memory under the pins.
+        while workers.iter().any(|w| !w.is_finished()) {
+            match rng.u32(0..3) {
+                0 => {
+                    let new = open_raw()?;
+                    let i = rng.usize(0..f.fds.len());
+                    // SAFETY: dup2 over one of our own descriptors: the old file is closed
+                    // (calls in flight keep their reference), the number stays valid.
+                    unsafe { libc::dup2(new.as_raw_fd(), f.fds[i].load(Relaxed)) };
+                    f.handles.lock().unwrap().clear();
+                    replaced.fetch_add(1, Relaxed);
+                }
+                1 => {
+                    let mut g = f.gpu.lock().unwrap();
+                    if g.len() < 8 {
+                        let len = rng.u64(1..=4) * K64;
+                        g.push((gpu.alloc(len).map_err(harness::errno)?.0, len));
+                    }
+                }
+                _ => {
+                    let mut g = f.gpu.lock().unwrap();
+                    if !g.is_empty() {
+                        let i = rng.usize(0..g.len());
+                        let (va, _) = g.swap_remove(i);
+                        gpu.free(va).map_err(harness::errno)?;
+                    }
+                }
+            }
+            thread::sleep(std::time::Duration::from_millis(2));
+        }
+        for w in workers {
+            w.join().map_err(|_| "fuzz thread panicked")?;
+        }
+        Ok(())
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    // The device still answers, and closing everything leaves nothing behind.
+    let v = Device::open_default()
+        .map_err(|e| e.to_string())?
+        .get_version()
+        .map_err(|e| format!("GET_VERSION after fuzzing: {e}"))?;
+    drop(owned);
+    drop(gpu);
+    // SAFETY: every thread has ended; nothing uses the arena any more.
+    unsafe { munmap(arena, ARENA) }.map_err(harness::errno)?;
+    gdrpeer_idle()?;
+    harness::nvsim_counters_back_to_zero()?;
+    let n = f.calls.load(Relaxed);
+    println!(
+        "fuzz figures ({secs:.1} s, {:.0} ioctls/s):",
+        n as f64 / secs
+    );
+    println!("  ioctls sent              {n}");
+    println!("  files replaced mid-run   {}", replaced.load(Relaxed));
+    println!("  module ABI after         {}", v.abi_string());
+    for (e, c) in f.errnos.lock().unwrap().iter() {
+        println!("  {e:<40} {c}");
+    }
+    Ok(())
+}

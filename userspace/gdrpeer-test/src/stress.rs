@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `gdrpeer-test --stress OPS PROCS THREADS SEED`: processes times threads doing random
+//! gdrpeer, NIC and GPU-memory operations while nvsim fails calls, fires free callbacks at
+//! random moments and runs short of BAR1, and processes are killed with SIGKILL. At the end
+//! nothing may be left: nvsim's pins, BAR1 bytes and DMA mappings, gdrpeer's regions and
+//! contexts, gdrnic's registrations, and no write into freed GPU memory.
+//!
+//! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
+
+use crate::{gdrpeer_idle, gstats, nic::Nic, K64};
+use gdrpeer::{uapi, Device, PciAddress, PinFlags};
+use nvsim::testing::{self as harness, debugfs, TestResult};
+use nvsim::{check, Gpu};
+use rustix::{
+    fd::{AsFd, AsRawFd},
+    io::Errno,
+};
+use std::{
+    collections::HashMap,
+    io::{BufRead, BufReader, Write},
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering::Relaxed},
+        Arc, Mutex,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+/// The operations, in the order of [`WEIGHTS`].
+const KINDS: [&str; 13] = [
+    "alloc",
+    "cumemfree",
+    "delayed_free",
+    "free_on_pin",
+    "pin",
+    "unpin",
+    "info",
+    "get_pages",
+    "dma_map",
+    "nic",
+    "close",
+    "fork",
+    "stats",
+];
+/// How often each kind is picked, in parts of 1000.
+const WEIGHTS: [u32; 13] = [80, 30, 15, 5, 300, 200, 100, 60, 80, 5, 15, 5, 105];
+
+/// Injected failures: nvsim's knob, and the errnos it alternates between.
+const FAULTS: [&str; 2] = ["fail_get_pages", "fail_dma_map"];
+const FAULT_ERRNOS: [i32; 2] = [libc::ENOMEM, libc::EIO];
+const FAULT_PERCENT: u32 = 3;
+
+/// One allocation of GPU memory in a worker process.
+#[derive(Clone, Copy)]
+struct Alloc {
+    va: u64,
+    id: u64,
+    len: u64,
+}
+
+/// What the threads of a worker process share.
+struct Shared {
+    gpu: Gpu,
+    allocs: Mutex<Vec<Alloc>>,
+    done: AtomicU64,
+    counts: [AtomicU64; KINDS.len()],
+    peer: Option<PciAddress>,
+    nic: bool,
+}
+
+fn pick(rng: &mut fastrand::Rng) -> usize {
+    let mut x = rng.u32(0..WEIGHTS.iter().sum::<u32>());
+    for (i, w) in WEIGHTS.iter().enumerate() {
+        if x < *w {
+            return i;
+        }
+        x -= w;
+    }
+    unreachable!()
+}
+
+/// A random window inside an allocation: any alignment, at most two pages.
+fn window(rng: &mut fastrand::Rng, a: Alloc) -> (u64, u64) {
+    let start = rng.u64(0..a.len);
+    let len = rng.u64(1..=(a.len - start).min(2 * K64));
+    (a.va + start, len)
+}
+
+/// Whether `e` is an outcome the operation may have under faults, frees and races.
+fn expected(kind: &str, e: Errno) -> bool {
+    match kind {
+        // The memory was freed (EINVAL from nvsim, ENXIO from a callback during the call),
+        // or an injected failure, or no BAR1 or GPU memory left.
+        "pin" | "dma_map" | "nic" => {
+            [Errno::INVAL, Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e)
+        }
+        "get_pages" => e == Errno::NXIO,
+        "alloc" => e == Errno::NOMEM,
+        // Freed already by a delayed free.
+        "cumemfree" | "delayed_free" | "free_on_pin" => [Errno::INVAL, Errno::NOENT].contains(&e),
+        _ => false,
+    }
+}
+
+/// One thread of a worker: `ops` random operations.
+fn worker_thread(sh: &Shared, seed: u64, ops: u64) -> Vec<String> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut unexpected = Vec::new();
+    let mut dev = Device::open_default().ok();
+    let mut handles: Vec<u64> = Vec::new();
+    let nic = if sh.nic { Nic::open().ok() } else { None };
+    for _ in 0..ops {
+        let kind = pick(&mut rng);
+        let name = KINDS[kind];
+        let alloc = {
+            let a = sh.allocs.lock().unwrap();
+            (!a.is_empty()).then(|| a[rng.usize(0..a.len())])
+        };
+        let r: Result<(), Errno> = match (name, alloc, dev.as_ref()) {
+            ("alloc", _, _) if sh.allocs.lock().unwrap().len() < 12 => {
+                let len = rng.u64(1..=6) * K64 - rng.u64(0..K64);
+                sh.gpu.alloc(len).map(|(va, id)| {
+                    sh.allocs.lock().unwrap().push(Alloc { va, id, len });
+                })
+            }
+            ("cumemfree" | "delayed_free" | "free_on_pin", Some(a), _) => {
+                sh.allocs.lock().unwrap().retain(|x| x.id != a.id);
+                match name {
+                    "cumemfree" => sh.gpu.free(a.va),
+                    "delayed_free" => nvsim_knob("free", &format!("{} {}", a.id, rng.u32(0..3000))),
+                    _ => {
+                        // Back in the list: only the next pin frees it.
+                        sh.allocs.lock().unwrap().push(a);
+                        nvsim_knob("free_on_pin", &format!("{} {}", a.id, rng.u32(0..500)))
+                    }
+                }
+            }
+            ("pin", Some(a), Some(d)) => {
+                let (va, len) = window(&mut rng, a);
+                let flags = if rng.u32(0..20) == 0 {
+                    PinFlags::PERSISTENT
+                } else {
+                    PinFlags::empty()
+                };
+                d.pin(va, len, flags)
+                    .map(|p| handles.push(p.handle))
+                    .map_err(errno_of)
+            }
+            ("unpin", _, Some(d)) if !handles.is_empty() => {
+                let h = handles.swap_remove(rng.usize(0..handles.len()));
+                d.unpin(h).map_err(errno_of)
+            }
+            ("info" | "get_pages" | "dma_map", _, Some(d)) if !handles.is_empty() => {
+                let h = handles[rng.usize(0..handles.len())];
+                match (name, sh.peer) {
+                    ("info", _) => d.info(h).map(|_| ()).map_err(errno_of),
+                    ("dma_map", Some(peer)) => d.dma_map(h, peer).map(|_| ()).map_err(errno_of),
+                    _ => d.get_pages(h).map(|_| ()).map_err(errno_of),
+                }
+            }
+            ("nic", Some(a), _) if nic.is_some() => {
+                let n = nic.as_ref().unwrap();
+                let (va, len) = window(&mut rng, a);
+                n.reg(va, len).and_then(|mr| {
+                    let at = rng.u64(0..len);
+                    let r = n.send(mr.handle, at, (len - at).min(64) as usize);
+                    n.dereg(mr.handle)?;
+                    r.map(|_| ())
+                })
+            }
+            ("close", _, _) => {
+                handles.clear();
+                dev = None;
+                Device::open_default()
+                    .map(|d| dev = Some(d))
+                    .map_err(errno_of)
+            }
+            ("fork", Some(a), Some(d)) => fork_child_pins(d.as_fd().as_raw_fd(), a.va),
+            ("stats", _, Some(d)) => d.stats().map(|_| ()).map_err(errno_of),
+            // Nothing to do it on: counts as done.
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            if !expected(name, e) {
+                unexpected.push(format!("{name}: {e}"));
+            }
+        }
+        sh.counts[kind].fetch_add(1, Relaxed);
+        sh.done.fetch_add(1, Relaxed);
+    }
+    // Whatever is left is released by closing the files.
+    unexpected
+}
+
+fn errno_of(e: gdrpeer::Error) -> Errno {
+    e.errno().unwrap_or(Errno::PROTO)
+}
+
+fn nvsim_knob(file: &str, value: &str) -> Result<(), Errno> {
+    std::fs::write(format!("/sys/kernel/debug/nvsim/{file}"), value)
+        .map_err(|e| Errno::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
+/// Forks a child that tries to pin through the parent's file: it must get EACCES. The child
+/// makes raw system calls only (the parent has other threads).
+fn fork_child_pins(fd: i32, va: u64) -> Result<(), Errno> {
+    let mut p = uapi::Pin {
+        va,
+        len: K64,
+        ..uapi::Pin::new()
+    };
+    // SAFETY: the child makes one ioctl on an inherited descriptor and exits.
+    match unsafe { libc::fork() } {
+        -1 => Err(Errno::AGAIN),
+        0 => {
+            // SAFETY: PIN reads and writes one `uapi::Pin`, which lives on this stack.
+            let r = unsafe { libc::ioctl(fd, uapi::IOCTL_PIN as _, &mut p) };
+            // SAFETY: reading this thread's errno.
+            let e = unsafe { *libc::__errno_location() };
+            // SAFETY: leaves the child without running anything of the parent's.
+            unsafe { libc::_exit(if r == -1 && e == libc::EACCES { 0 } else { 1 }) }
+        }
+        pid => {
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                Ok(())
+            } else {
+                Err(Errno::PERM)
+            }
+        }
+    }
+}
+
+/// `--stress-worker SEED OPS THREADS`: one worker process. Prints `progress N` lines, then
+/// `unexpected: ...` lines and `done k=v ...`.
+pub fn worker(args: &[String]) -> TestResult {
+    let num = |i: usize| -> Result<u64, String> {
+        args.get(i)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("--stress-worker: argument {i}"))
+    };
+    let (seed, ops, threads) = (num(0)?, num(1)?, num(2)?);
+    let sh = Arc::new(Shared {
+        gpu: Gpu::open().map_err(harness::errno)?,
+        allocs: Mutex::new(Vec::new()),
+        done: AtomicU64::new(0),
+        counts: Default::default(),
+        peer: crate::edu().ok(),
+        nic: std::path::Path::new("/dev/gdrnic").exists(),
+    });
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let sh = sh.clone();
+            let n = ops / threads + u64::from(t < ops % threads);
+            thread::spawn(move || worker_thread(&sh, seed.wrapping_mul(31) + t, n))
+        })
+        .collect();
+    let out = std::io::stdout();
+    while workers.iter().any(|w| !w.is_finished()) {
+        let _ = writeln!(out.lock(), "progress {}", sh.done.load(Relaxed));
+        thread::sleep(Duration::from_millis(200));
+    }
+    let mut out = out.lock();
+    for w in workers {
+        for u in w.join().map_err(|_| "stress thread panicked")? {
+            let _ = writeln!(out, "unexpected: {u}");
+        }
+    }
+    let counts: Vec<String> = KINDS
+        .iter()
+        .zip(&sh.counts)
+        .map(|(k, c)| format!("{k}={}", c.load(Relaxed)))
+        .collect();
+    let _ = writeln!(out, "progress {}", sh.done.load(Relaxed));
+    let _ = writeln!(out, "done {}", counts.join(" "));
+    Ok(())
+}
+
+/// What the orchestrator learns from one worker process.
+#[derive(Default)]
+struct Report {
+    progress: u64,
+    counts: HashMap<String, u64>,
+    unexpected: Vec<String>,
+    finished: bool,
+}
+
+struct Worker {
+    child: Child,
+    ops: u64,
+    report: Arc<Mutex<Report>>,
+}
+
+fn spawn(seed: u64, ops: u64, threads: u64) -> Result<Worker, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["--stress-worker", &seed.to_string(), &ops.to_string()])
+        .arg(threads.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn worker: {e}"))?;
+    let report = Arc::new(Mutex::new(Report::default()));
+    let stdout = child.stdout.take().unwrap();
+    let r = report.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let mut r = r.lock().unwrap();
+            if let Some(n) = line.strip_prefix("progress ") {
+                r.progress = n.parse().unwrap_or(r.progress);
+            } else if let Some(u) = line.strip_prefix("unexpected: ") {
+                r.unexpected.push(u.to_string());
+            } else if let Some(c) = line.strip_prefix("done ") {
+                r.counts = c
+                    .split_whitespace()
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.to_string(), v.parse().ok()?))
+                    })
+                    .collect();
+                r.finished = true;
+            } else {
+                r.unexpected.push(format!("worker said: {line}"));
+            }
+        }
+    });
+    Ok(Worker { child, ops, report })
+}
+
+fn counter_deltas(before: &HashMap<String, u64>, after: &HashMap<String, u64>, name: &str) -> u64 {
+    after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
+}
+
+/// The orchestrator: `args` are OPS PROCS THREADS SEED.
+pub fn run(args: &[String]) -> TestResult {
+    let num = |i: usize, default: u64| -> Result<u64, String> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse().map_err(|_| format!("--stress: bad number '{s}'"))
+        })
+    };
+    let (ops, procs, threads, seed) = (num(0, 20_000)?, num(1, 3)?, num(2, 3)?, num(3, 1)?);
+    check!(
+        procs > 0 && threads > 0,
+        "--stress: PROCS and THREADS must be > 0"
+    );
+    println!("stress: {ops} operations, {procs} processes x {threads} threads, seed {seed}");
+    let nv0 = harness::stats()?;
+    let g0 = gstats()?;
+    let bar1_size = nv0["bar1_size"];
+    // Room for a few dozen pinned pages: evictions and ENOMEM retries all the time.
+    debugfs("bar1_size", &(nv0["bar1_reserve"] + 48 * K64).to_string())?;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let r = (|| {
+        let start = Instant::now();
+        let mut next_seed = seed * 1000;
+        let mut running = Vec::new();
+        let mut ended: Vec<Arc<Mutex<Report>>> = Vec::new();
+        for p in 0..procs {
+            next_seed += 1;
+            running.push(spawn(
+                next_seed,
+                ops / procs + u64::from(p < ops % procs),
+                threads,
+            )?);
+        }
+        let (mut kills, mut fault_switches) = (0u64, 0u64);
+        while !running.is_empty() {
+            thread::sleep(Duration::from_millis(rng.u64(200..800)));
+            // Injected failures: a new errno now and then.
+            let errno = FAULT_ERRNOS[rng.usize(0..FAULT_ERRNOS.len())];
+            for f in FAULTS {
+                debugfs(f, &format!("-1 {errno} {FAULT_PERCENT}"))?;
+            }
+            fault_switches += 1;
+            // SIGKILL to a worker now and then; a new one takes over its remaining work.
+            if rng.u32(0..4) == 0 {
+                let i = rng.usize(0..running.len());
+                let mut w: Worker = running.swap_remove(i);
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                thread::sleep(Duration::from_millis(50));
+                let rep = w.report.lock().unwrap();
+                if !rep.finished {
+                    kills += 1;
+                    let left = w.ops.saturating_sub(rep.progress);
+                    next_seed += 1;
+                    if left > 0 {
+                        running.push(spawn(next_seed, left, threads)?);
+                    }
+                }
+                drop(rep);
+                ended.push(w.report);
+            }
+            let mut i = 0;
+            while i < running.len() {
+                if running[i]
+                    .child
+                    .try_wait()
+                    .map_err(|e| e.to_string())?
+                    .is_some()
+                {
+                    let w = running.swap_remove(i);
+                    ended.push(w.report);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        for f in FAULTS {
+            debugfs(f, "0 0")?;
+        }
+        // Give the pipe readers the last lines.
+        thread::sleep(Duration::from_millis(200));
+        let mut done = 0;
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        let mut unexpected = Vec::new();
+        for r in &ended {
+            let r = r.lock().unwrap();
+            done += r.progress;
+            for (k, v) in &r.counts {
+                *counts.entry(k.clone()).or_default() += v;
+            }
+            unexpected.extend(r.unexpected.iter().cloned());
+        }
+        let secs = start.elapsed().as_secs_f64();
+
+        // Everything must be back: nothing pinned, mapped or registered anywhere.
+        gdrpeer_idle()?;
+        crate::eventually(10, "gdrnic registrations", || {
+            Ok(
+                !std::path::Path::new("/sys/kernel/debug/gdrnic/stats").exists()
+                    || harness::name_values("/sys/kernel/debug/gdrnic/stats")?["registrations"]
+                        == 0,
+            )
+        })?;
+        debugfs("check_freed", "1")?;
+        let nv1 = harness::stats()?;
+        let g1 = gstats()?;
+        let left: Vec<(String, u64)> = harness::MUST_BE_ZERO
+            .iter()
+            .map(|k| (format!("nvsim {k}"), nv1[*k]))
+            .chain(
+                ["contexts", "regions", "pinned_bytes", "deferred_releases"]
+                    .iter()
+                    .map(|k| (format!("gdrpeer {k}"), g1[*k])),
+            )
+            .filter(|(_, v)| *v != 0)
+            .collect();
+        let lost: u64 = left.iter().map(|(_, v)| v).sum();
+
+        println!(
+            "stress figures ({secs:.1} s, {:.0} operations/s):",
+            done as f64 / secs
+        );
+        println!("  operations done          {done}");
+        let mut kinds: Vec<_> = counts.iter().collect();
+        kinds.sort();
+        let by_kind: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("    (finished workers)     {}", by_kind.join(", "));
+        println!("  processes killed (-9)    {kills}");
+        println!("  fault errno switches     {fault_switches}");
+        for (what, k) in [
+            ("callbacks fired", "callbacks_fired"),
+            ("faults injected", "faults_injected"),
+            ("nv-p2p get_pages calls", "get_pages_calls"),
+            ("get_pages failed", "get_pages_failed"),
+        ] {
+            println!("  {what:<24} {}", counter_deltas(&nv0, &nv1, k));
+        }
+        for (what, k) in [
+            ("cache hits", "hits"),
+            ("cache misses", "misses"),
+            ("evictions over a limit", "evictions_limit"),
+            ("ENOMEM evict-and-retry", "evictions_enomem"),
+            ("callbacks seen", "callbacks"),
+        ] {
+            println!("  {what:<24} {}", counter_deltas(&g0, &g1, k));
+        }
+        println!("  unexpected errors        {}", unexpected.len());
+        println!("  lost (must be 0)         {lost}");
+        for u in unexpected.iter().take(20) {
+            println!("    {u}");
+        }
+        check!(done >= ops * 9 / 10, "only {done} of {ops} operations done");
+        check!(
+            unexpected.is_empty(),
+            "{} unexpected errors",
+            unexpected.len()
+        );
+        check!(lost == 0, "left behind: {left:?}");
+        harness::nvsim_counters_back_to_zero()
+    })();
+    for f in FAULTS {
+        let _ = debugfs(f, "0 0");
+    }
+    debugfs("bar1_size", &bar1_size.to_string())?;
+    r
+}
