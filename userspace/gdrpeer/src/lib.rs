@@ -13,7 +13,9 @@
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
 
+pub mod cuda;
 mod pci;
+pub mod regcache;
 pub mod uapi;
 
 pub use pci::{ParsePciAddressError, PciAddress};

@@ -1,0 +1,199 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The CUDA driver API calls gdrpeer's user space needs, loaded at run time from
+//! `libcuda.so.1` (libloading): the same code runs over NVIDIA's libcuda and over the
+//! simulated one in the test guest, and a machine with neither gets [`CudaLoadError`], not a
+//! link failure.
+
+use crate::regcache::{CudaError, PointerInfo};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+type CuResult = c_uint;
+const SUCCESS: CuResult = 0;
+const ERROR_INVALID_VALUE: CuResult = 1;
+const ATTR_SYNC_MEMOPS: c_uint = 6;
+const ATTR_BUFFER_ID: c_uint = 7;
+
+/// libcuda.so.1 is not there, or lacks an entry point.
+#[derive(Debug, thiserror::Error)]
+#[error("no usable CUDA driver library: {0}")]
+pub struct CudaLoadError(String);
+
+/// A CUDA driver call that failed, with CUDA's name and text for the error.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {name} ({text})")]
+pub struct CudaCallError {
+    /// The entry point.
+    pub call: &'static str,
+    /// The CUresult.
+    pub code: u32,
+    /// `cuGetErrorName`.
+    pub name: String,
+    /// `cuGetErrorString`.
+    pub text: String,
+}
+
+/// The loaded library, initialised, with device 0's primary context current.
+pub struct Cuda {
+    init: unsafe extern "C" fn(c_uint) -> CuResult,
+    ctx_retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> CuResult,
+    ctx_set_current: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    alloc: unsafe extern "C" fn(*mut u64, usize) -> CuResult,
+    free: unsafe extern "C" fn(u64) -> CuResult,
+    range: unsafe extern "C" fn(*mut u64, *mut usize, u64) -> CuResult,
+    get_attr: unsafe extern "C" fn(*mut c_void, c_uint, u64) -> CuResult,
+    set_attr: unsafe extern "C" fn(*const c_void, c_uint, u64) -> CuResult,
+    htod: unsafe extern "C" fn(u64, *const c_void, usize) -> CuResult,
+    dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
+    error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    // Last: the entry points above point into it.
+    _lib: libloading::Library,
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the symbol has the CUDA driver API signature of the field it fills.
+        *unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
+            .map_err(|e| CudaLoadError(format!("{}: {e}", $name)))?
+    };
+}
+
+impl Cuda {
+    /// Loads `libcuda.so.1` (found as the dynamic linker finds libraries), calls `cuInit` and
+    /// makes device 0's primary context current in this thread.
+    pub fn load() -> Result<Self, CudaLoadError> {
+        // SAFETY: loading libcuda runs no initialisers with preconditions.
+        let lib = unsafe { libloading::Library::new("libcuda.so.1") }
+            .map_err(|e| CudaLoadError(format!("libcuda.so.1: {e}")))?;
+        let cu = Cuda {
+            init: sym!(lib, "cuInit"),
+            ctx_retain: sym!(lib, "cuDevicePrimaryCtxRetain"),
+            ctx_set_current: sym!(lib, "cuCtxSetCurrent"),
+            alloc: sym!(lib, "cuMemAlloc_v2"),
+            free: sym!(lib, "cuMemFree_v2"),
+            range: sym!(lib, "cuMemGetAddressRange_v2"),
+            get_attr: sym!(lib, "cuPointerGetAttribute"),
+            set_attr: sym!(lib, "cuPointerSetAttribute"),
+            htod: sym!(lib, "cuMemcpyHtoD_v2"),
+            dtoh: sym!(lib, "cuMemcpyDtoH_v2"),
+            error_name: sym!(lib, "cuGetErrorName"),
+            error_string: sym!(lib, "cuGetErrorString"),
+            _lib: lib,
+        };
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY (every call into libcuda in this file): the arguments are valid pointers to
+        // the types the CUDA driver API documents for each entry point.
+        cu.check("cuInit", unsafe { (cu.init)(0) })
+            .and_then(|()| {
+                cu.check("cuDevicePrimaryCtxRetain", unsafe {
+                    (cu.ctx_retain)(&mut ctx, 0)
+                })
+            })
+            .and_then(|()| cu.check("cuCtxSetCurrent", unsafe { (cu.ctx_set_current)(ctx) }))
+            .map_err(|e| CudaLoadError(e.to_string()))?;
+        Ok(cu)
+    }
+
+    fn text(
+        &self,
+        f: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+        r: CuResult,
+    ) -> String {
+        let mut s = std::ptr::null();
+        // SAFETY: see `load`; a returned string is static and NUL-terminated.
+        if unsafe { f(r, &mut s) } != SUCCESS || s.is_null() {
+            return format!("CUresult {r}");
+        }
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    }
+
+    fn check(&self, call: &'static str, r: CuResult) -> Result<(), CudaCallError> {
+        if r == SUCCESS {
+            return Ok(());
+        }
+        Err(CudaCallError {
+            call,
+            code: r,
+            name: self.text(self.error_name, r),
+            text: self.text(self.error_string, r),
+        })
+    }
+
+    /// `cuMemAlloc`.
+    pub fn mem_alloc(&self, size: usize) -> Result<u64, CudaCallError> {
+        let mut p = 0;
+        // SAFETY: see `load`.
+        self.check("cuMemAlloc", unsafe { (self.alloc)(&mut p, size) })?;
+        Ok(p)
+    }
+
+    /// `cuMemFree`.
+    pub fn mem_free(&self, p: u64) -> Result<(), CudaCallError> {
+        // SAFETY: see `load`.
+        self.check("cuMemFree", unsafe { (self.free)(p) })
+    }
+
+    /// `cuMemcpyHtoD`.
+    pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), CudaCallError> {
+        // SAFETY: see `load`; `src` is readable for its length.
+        self.check("cuMemcpyHtoD", unsafe {
+            (self.htod)(dst, src.as_ptr().cast(), src.len())
+        })
+    }
+
+    /// `cuMemcpyDtoH`.
+    pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<(), CudaCallError> {
+        // SAFETY: see `load`; `dst` is writable for its length.
+        self.check("cuMemcpyDtoH", unsafe {
+            (self.dtoh)(dst.as_mut_ptr().cast(), src, dst.len())
+        })
+    }
+}
+
+fn cuda_error(r: CuResult) -> Result<(), CudaError> {
+    match r {
+        SUCCESS => Ok(()),
+        ERROR_INVALID_VALUE => Err(CudaError::InvalidValue),
+        r => Err(CudaError::Other(r as i32)),
+    }
+}
+
+impl PointerInfo for Cuda {
+    fn address_range(&self, ptr: u64) -> Result<(u64, u64), CudaError> {
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: see `Cuda::load`.
+        cuda_error(unsafe { (self.range)(&mut base, &mut size, ptr) })?;
+        Ok((base, size as u64))
+    }
+
+    fn set_sync_memops(&self, ptr: u64) -> Result<(), CudaError> {
+        let one: c_uint = 1;
+        // SAFETY: see `Cuda::load`; SYNC_MEMOPS takes an unsigned int.
+        cuda_error(unsafe {
+            (self.set_attr)((&one as *const c_uint).cast(), ATTR_SYNC_MEMOPS, ptr)
+        })
+    }
+
+    fn buffer_id(&self, ptr: u64) -> Result<u64, CudaError> {
+        let mut id = 0u64;
+        // SAFETY: see `Cuda::load`; BUFFER_ID writes an unsigned long long.
+        cuda_error(unsafe { (self.get_attr)((&mut id as *mut u64).cast(), ATTR_BUFFER_ID, ptr) })?;
+        Ok(id)
+    }
+}
+
+impl PointerInfo for &Cuda {
+    fn address_range(&self, ptr: u64) -> Result<(u64, u64), CudaError> {
+        (*self).address_range(ptr)
+    }
+
+    fn set_sync_memops(&self, ptr: u64) -> Result<(), CudaError> {
+        (*self).set_sync_memops(ptr)
+    }
+
+    fn buffer_id(&self, ptr: u64) -> Result<u64, CudaError> {
+        (*self).buffer_id(ptr)
+    }
+}
