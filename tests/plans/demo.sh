@@ -27,6 +27,8 @@ demo_pin_cache_revoke() {
 	cat /sys/kernel/debug/gdrpeer/stats
 	echo "# and through the STATS ioctl"
 	gdrpeer stats || fail "gdrpeer stats"
+	echo "# the user-space registration cache over (simulated) libcuda: gdrpeer demo"
+	gdrpeer demo || fail "gdrpeer demo"
 	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
 }
 

@@ -43,9 +43,16 @@ enum Command {
         /// The peer device, as lspci writes it: [DDDD:]BB:DD.F.
         pci: PciAddress,
     },
-    /// Print this file's and all registration caches' counters, "name value" a line.
+    /// Print the registration-cache counters of this file and of all files, as a table.
     Stats,
+    /// A quick end-to-end look with CUDA: allocate, register through the user-space cache,
+    /// hit, free and reallocate (the BUFFER_ID tag check), free. Exits with status 3 when no
+    /// CUDA driver library can be loaded.
+    Demo,
 }
+
+/// Exit status of `demo` when there is no CUDA driver library.
+const NO_CUDA: u8 = 3;
 
 /// What to pin.
 #[derive(Args)]
@@ -99,6 +106,10 @@ fn main() -> ExitCode {
     };
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::NoCuda(e)) => {
+            eprintln!("gdrpeer: {e} (the demo needs a CUDA driver)");
+            ExitCode::from(NO_CUDA)
+        }
         Err(e) => {
             eprintln!("gdrpeer: {e}");
             ExitCode::FAILURE
@@ -106,7 +117,74 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), gdrpeer::Error> {
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Gdrpeer(#[from] gdrpeer::Error),
+    #[error(transparent)]
+    NoCuda(#[from] gdrpeer::cuda::CudaLoadError),
+    #[error(transparent)]
+    Cuda(#[from] gdrpeer::cuda::CudaCallError),
+    #[error(transparent)]
+    Cache(#[from] gdrpeer::regcache::CacheError),
+    #[error("{0}")]
+    Demo(&'static str),
+}
+
+/// The module parameters, where the caller may read them (debugfs: root).
+fn limits() -> Option<Vec<(String, String)>> {
+    let s = std::fs::read_to_string("/sys/kernel/debug/gdrpeer/params").ok()?;
+    Some(
+        s.lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn demo(dev: &Device, cu: &gdrpeer::cuda::Cuda) -> Result<(), CliError> {
+    use gdrpeer::regcache::RegCache;
+    let size = 1 << 20;
+    let p = cu.mem_alloc(size)?;
+    println!("cuMemAlloc:        {size} bytes at {p:#x}");
+    let mut cache = RegCache::new(dev, cu, 16);
+    let r = cache.get(p + 4096, 8192)?;
+    println!(
+        "first use:         pinned the allocation, handle {}, window {:#x} + {:#x}",
+        r.handle, r.aligned_va, r.offset
+    );
+    let r = cache.get(p + 65536, 100)?;
+    println!(
+        "second use:        handle {} (a hit: one BUFFER_ID query)",
+        r.handle
+    );
+    cu.mem_free(p)?;
+    let q = cu.mem_alloc(size)?;
+    let r = cache.get(q, 100)?;
+    println!(
+        "free + realloc:    {q:#x}, new BUFFER_ID: pinned again, handle {}",
+        r.handle
+    );
+    cu.mem_free(q)?;
+    match cache.get(q, 100) {
+        Err(e) => println!("after cuMemFree:   {e}"),
+        Ok(_) => return Err(CliError::Demo("a freed pointer was served")),
+    }
+    let s = cache.stats();
+    println!(
+        "user-space cache:  {} hits, {} misses, {} tag mismatches, {} invalid pointers",
+        s.hits, s.misses, s.tag_mismatches, s.invalid_pointers
+    );
+    Ok(())
+}
+
+fn run(cli: &Cli) -> Result<(), CliError> {
+    // The demo says first whether there is CUDA at all.
+    let cuda = match cli.command {
+        Command::Demo => Some(gdrpeer::cuda::Cuda::load()?),
+        _ => None,
+    };
     let dev = Device::open(&cli.device)?;
     match &cli.command {
         Command::Info => {
@@ -120,6 +198,14 @@ fn run(cli: &Cli) -> Result<(), gdrpeer::Error> {
             );
             println!("nv-p2p page table:    {:#010x}", v.nv_page_table);
             println!("nv-p2p DMA mapping:   {:#010x}", v.nv_dma_mapping);
+            match limits() {
+                Some(params) => {
+                    for (k, v) in params {
+                        println!("{:<22}{v}", format!("{k}:"));
+                    }
+                }
+                None => println!("limits:               need root (debugfs gdrpeer/params)"),
+            }
         }
         Command::Pin { pin, pages, hold } => {
             let guard = pin.pin(&dev)?;
@@ -146,13 +232,22 @@ fn run(cli: &Cli) -> Result<(), gdrpeer::Error> {
             print_addresses(&dev.dma_map(guard.handle, *pci)?);
             guard.unpin()?;
         }
+        Command::Demo => {
+            if let Some(cu) = &cuda {
+                demo(&dev, cu)?;
+            }
+        }
         Command::Stats => {
             let stats = dev.stats()?;
-            println!("handles {}", stats.handles);
-            for (scope, counters) in [("file", stats.file), ("global", stats.global)] {
-                for (name, value) in counters.counters() {
-                    println!("{scope}.{name} {value}");
-                }
+            println!("{:<18} {:>14} {:>14}", "counter", "this file", "all files");
+            println!("{:<18} {:>14} {:>14}", "handles", stats.handles, "-");
+            for ((name, mine), (_, all)) in stats
+                .file
+                .counters()
+                .into_iter()
+                .zip(stats.global.counters())
+            {
+                println!("{name:<18} {mine:>14} {all:>14}");
             }
         }
     }
@@ -230,5 +325,6 @@ mod tests {
         assert!(err.to_string().contains("bad PCI address"), "{err}");
         assert!(Cli::try_parse_from(["gdrpeer", "pages", "zz", "1"]).is_err());
         assert!(Cli::try_parse_from(["gdrpeer", "stats"]).is_ok());
+        assert!(Cli::try_parse_from(["gdrpeer", "demo"]).is_ok());
     }
 }

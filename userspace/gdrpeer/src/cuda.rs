@@ -65,7 +65,7 @@ impl Cuda {
     pub fn load() -> Result<Self, CudaLoadError> {
         // SAFETY: loading libcuda runs no initialisers with preconditions.
         let lib = unsafe { libloading::Library::new("libcuda.so.1") }
-            .map_err(|e| CudaLoadError(format!("libcuda.so.1: {e}")))?;
+            .map_err(|e| CudaLoadError(e.to_string()))?;
         let cu = Cuda {
             init: sym!(lib, "cuInit"),
             ctx_retain: sym!(lib, "cuDevicePrimaryCtxRetain"),
