@@ -133,6 +133,21 @@ gdrnic_suite() {
 
 . $GDRPEER/plans/lib-load.sh
 
+# --- gdrcopy's sanity scenarios over (simulated) libcuda ----------------------
+
+# gdrpeer-test --cuda with the module; --cuda-only without it (what runs on a
+# GPU machine without gdrpeer.ko).
+cuda_suite() {
+	unload_nv_stack
+	load $M/nvsim.ko || { echo "@@ RESULT FAIL cuda-suite nvsim-load"; return; }
+	gdrpeer-test --cuda-only "$TEST_FILTER" | sed 's/^\(@@ RESULT [A-Z]* [^ ]*\)/\1-without-module/'
+	load $M/gdrpeer.ko || { echo "@@ RESULT FAIL cuda-suite gdrpeer-load"; unload nvsim; return; }
+	{ gdrpeer-test --cuda "$TEST_FILTER" 2>&1; echo $? >/tmp/cuda-test.rc; }
+	rc=$(cat /tmp/cuda-test.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test --cuda exited with status $rc"
+	unload_nv_stack
+}
+
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
 # A client that takes its own lock in the free callback while calling nvsim
@@ -187,6 +202,7 @@ run_plan() {
 	done
 	t gdrnic-skewed-build-refused test_gdrnic_skewed_build_refused
 	GDRNIC_FILTER="" gdrnic_suite
+	cuda_suite
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
 	# Last: lockdep turns itself off after its first report.

@@ -12,6 +12,7 @@ mod demo;
 mod fuzz;
 mod nic;
 mod proc;
+mod sanity;
 mod stress;
 
 use gdrpeer::{Device, PciAddress, PinFlags, PinState};
@@ -898,6 +899,19 @@ fn main() -> ExitCode {
             };
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(harness::run_tests(tests, &filter, nic::nic_released));
+        }
+        // gdrcopy's sanity scenarios over CUDA; --cuda-only without the module.
+        Some(mode @ ("--cuda" | "--cuda-only")) => {
+            if let Err(e) = sanity::load() {
+                println!("gdrpeer-test: {e}");
+                return ExitCode::from(sanity::NO_CUDA);
+            }
+            let filter = args.get(1).cloned().unwrap_or_default();
+            return exit(if mode == "--cuda" {
+                harness::run_tests(sanity::TESTS, &filter, all_released)
+            } else {
+                harness::run_tests(sanity::CUDA_ONLY, &filter, || Ok(()))
+            });
         }
         _ => {}
     }
