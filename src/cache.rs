@@ -257,6 +257,15 @@ pub(crate) struct PinInfo {
     pub(crate) window: GpuRange,
 }
 
+/// Whether a pin may be served from, and kept in, the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// From a cached region when one contains the request; cached after unpin.
+    Cached,
+    /// A region of its own, never shared, given back at unpin (`GDRPEER_PIN_NOCACHE`).
+    Private,
+}
+
 /// What GET_INFO reports about a handle.
 pub(crate) struct HandleInfo {
     pub(crate) window: GpuRange,
@@ -302,21 +311,34 @@ impl Context {
     }
 
     /// Pins `range` (the caller's va and len rounded to 64 KiB pages), from the cache when a
-    /// region of the same kind contains it.
+    /// region of the same kind contains it and `sharing` allows.
     pub(crate) fn pin(
         self: &Arc<Self>,
         range: GpuRange,
         kind: PinKind,
+        sharing: Sharing,
         limits: &Limits,
     ) -> Result<PinInfo> {
         let mut inner = self.inner.lock();
         if inner.closed {
             return Err(EBADF);
         }
-        let region = match inner.lookup(kind, &range) {
+        let cached = match sharing {
+            Sharing::Cached => inner.lookup(kind, &range),
+            Sharing::Private => None,
+        };
+        let region = match cached {
             Some(region) => {
                 inner.stats.hits += 1;
                 GLOBAL.hits.add(1, Relaxed);
+                region
+            }
+            None if sharing == Sharing::Private => {
+                // Never in the tree: nothing hits it, and its handle's unpin releases it.
+                let region = self.pin_evicting(&mut inner, range, kind)?;
+                inner.account(&region);
+                inner.stats.misses += 1;
+                GLOBAL.misses.add(1, Relaxed);
                 region
             }
             None => {
@@ -360,23 +382,15 @@ impl Context {
     ) -> Result<Arc<Region>> {
         let overlapping = inner.overlapping(kind, &request)?;
         let (start, end) = policy::merged(&request, overlapping.iter().map(|r| *r.pinned.range()));
-        let mut range = GpuRange::new(start, end - start, u64::MAX)?;
-        let region = loop {
-            let region = Region::new(self, range, kind)?;
-            match Pinned::pin(&region, self.env.module) {
-                Ok(()) => break region,
-                Err(e) if e == ENOMEM => {
-                    if !inner.evict_lru() {
-                        return Err(ENOMEM);
-                    }
-                    inner.stats.evictions_enomem += 1;
-                    GLOBAL.evictions_enomem.add(1, Relaxed);
-                }
-                // The merged range may span freed memory: pin the request alone.
-                Err(e) if e == EINVAL && range != request => range = request,
-                Err(e) => return Err(e),
+        let merged = GpuRange::new(start, end - start, u64::MAX)?;
+        let region = match self.pin_evicting(inner, merged, kind) {
+            // The merged range may span freed memory: pin the request alone.
+            Err(e) if e == EINVAL && merged != request => {
+                self.pin_evicting(inner, request, kind)?
             }
+            r => r?,
         };
+        let range = *region.pinned.range();
         // The new region replaces every region it overlaps.
         for old in inner.overlapping(kind, &range)? {
             inner.forget(&old);
@@ -398,7 +412,31 @@ impl Context {
         Ok(region)
     }
 
-    /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin).
+    /// Pins `range`, evicting unused regions while NVIDIA runs out of BAR1 space (-ENOMEM).
+    fn pin_evicting(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        range: GpuRange,
+        kind: PinKind,
+    ) -> Result<Arc<Region>> {
+        loop {
+            let region = Region::new(self, range, kind)?;
+            match Pinned::pin(&region, self.env.module) {
+                Ok(()) => return Ok(region),
+                Err(e) if e == ENOMEM => {
+                    if !inner.evict_lru() {
+                        return Err(ENOMEM);
+                    }
+                    inner.stats.evictions_enomem += 1;
+                    GLOBAL.evictions_enomem.add(1, Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin); a
+    /// private region ([`Sharing::Private`]) is given back at once.
     pub(crate) fn unpin(&self, handle: u64, limits: &Limits) -> Result {
         let mut inner = self.inner.lock();
         let h = inner.handles.remove(&handle).ok_or(EINVAL)?;

@@ -230,9 +230,14 @@ fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
     } else {
         PinKind::Callback
     };
+    let sharing = if p.flags & uapi::PIN_NOCACHE != 0 {
+        cache::Sharing::Private
+    } else {
+        cache::Sharing::Cached
+    };
     let range = GpuRange::new(p.va, p.len, crate::param_max_pin_bytes())?;
     let limits = limits();
-    let info = ctx.pin(range, kind, &limits)?;
+    let info = ctx.pin(range, kind, sharing, &limits)?;
     p.handle = info.handle;
     p.aligned_va = info.window.start();
     p.offset = info.window.offset();

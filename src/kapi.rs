@@ -36,7 +36,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Env, Region},
+    cache::{Context, Env, Region, Sharing},
     nv_p2p::PinKind,
     policy,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -213,7 +213,7 @@ fn pin(
     }
     let range = GpuRange::new(va, len, crate::param_max_pin_bytes())?;
     let limits = crate::chardev::limits();
-    let info = ctx.pin(range, PinKind::Callback, &limits)?;
+    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, &limits)?;
     let mapped = (|| {
         let (region, window) = ctx.handle_region(info.handle)?;
         region.pinned().dma_map(peer)?;

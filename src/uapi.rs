@@ -42,6 +42,8 @@ plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats);
 
 /// Pin flag: no free callback (`GDRPEER_PIN_PERSISTENT`).
 pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
+/// Pin flag: bypass the cache (`GDRPEER_PIN_NOCACHE`).
+pub(crate) const PIN_NOCACHE: u32 = bindings::GDRPEER_PIN_NOCACHE;
 /// All pin flags.
 pub(crate) const PIN_FLAGS: u32 = bindings::GDRPEER_PIN_FLAGS;
 /// `GDRPEER_STATE_VALID`.

@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 0
+#define GDRPEER_ABI_MINOR 1
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -51,7 +51,13 @@ struct gdrpeer_version {
 
 /* Pin without a free callback: the driver never revokes it (needs driver support). */
 #define GDRPEER_PIN_PERSISTENT (1U << 0)
-#define GDRPEER_PIN_FLAGS GDRPEER_PIN_PERSISTENT
+/*
+ * Since ABI 1.1: bypass the cache. The pin is a region of its own, never
+ * shared with another request, and UNPIN gives it back to the driver at once:
+ * pin-per-use, for comparison and for callers that manage reuse themselves.
+ */
+#define GDRPEER_PIN_NOCACHE (1U << 1)
+#define GDRPEER_PIN_FLAGS (GDRPEER_PIN_PERSISTENT | GDRPEER_PIN_NOCACHE)
 
 struct gdrpeer_pin {
 	__u32 size;		/* in: sizeof(struct gdrpeer_pin) */

@@ -296,6 +296,35 @@ fn contained_request_is_a_hit() -> TestResult {
     ok(d.unpin(b.handle), "unpin")
 }
 
+/// GDRPEER_PIN_NOCACHE: every pin is an nv-p2p pin of its own, even of a range a cached
+/// region holds, and unpin gives it back at once.
+fn nocache_pins_per_use() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let cached = ok(d.pin(va, 2 * K64, PinFlags::empty()), "cached pin")?;
+    let calls = stat("get_pages_calls")?;
+    for _ in 0..3 {
+        let p = ok(d.pin(va + 10, K64, PinFlags::NOCACHE), "nocache pin")?;
+        check_eq!(stat("pins_live")?, 2, "pins with a private one");
+        ok(d.unpin(p.handle), "unpin")?;
+        check_eq!(stat("pins_live")?, 1, "pins after its unpin");
+    }
+    check_eq!(stat("get_pages_calls")? - calls, 3, "nv-p2p pins");
+    // A private region is never a hit for a cached request either.
+    let p = ok(d.pin(va + 2 * K64 - 1, 1, PinFlags::NOCACHE), "nocache pin")?;
+    let q = ok(d.pin(va + 2 * K64 - 1, 1, PinFlags::empty()), "cached pin")?;
+    check_eq!(
+        ok(d.info(q.handle), "info")?.region_va,
+        va,
+        "the cached request is served by the cached region"
+    );
+    for h in [p.handle, q.handle, cached.handle] {
+        ok(d.unpin(h), "unpin")?;
+    }
+    Ok(())
+}
+
 fn unpin_is_lazy() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
@@ -815,6 +844,7 @@ const TESTS: &[Test] = &[
         contained_request_is_a_hit,
     ),
     ("gdrpeer-unpin-is-lazy", unpin_is_lazy),
+    ("gdrpeer-nocache-pins-per-use", nocache_pins_per_use),
     (
         "gdrpeer-overlapping-requests-merge",
         overlapping_requests_merge,

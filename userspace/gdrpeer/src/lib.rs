@@ -165,6 +165,8 @@ pub struct PinFlags(u32);
 impl PinFlags {
     /// No free callback: the driver never revokes the pin (needs driver support).
     pub const PERSISTENT: Self = PinFlags(uapi::PIN_PERSISTENT);
+    /// Bypass the cache: a pin of its own, given back at unpin (module ABI 1.1).
+    pub const NOCACHE: Self = PinFlags(uapi::PIN_NOCACHE);
 
     /// No flags: an ordinary pin, which the driver revokes when the memory is freed.
     pub const fn empty() -> Self {

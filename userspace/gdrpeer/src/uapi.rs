@@ -14,7 +14,7 @@ use rustix::ioctl::{opcode, Opcode};
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
 /// ABI minor version this library was built for.
-pub const ABI_MINOR: u32 = 0;
+pub const ABI_MINOR: u32 = 1;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
 /// `GDRPEER_IOCTL_MAGIC`.
@@ -23,8 +23,11 @@ pub const IOCTL_MAGIC: u8 = 0xDB;
 /// `GDRPEER_PIN_PERSISTENT`: pin without a free callback, so the driver never
 /// revokes the pin (needs driver support).
 pub const PIN_PERSISTENT: u32 = 1 << 0;
+/// `GDRPEER_PIN_NOCACHE` (ABI 1.1): bypass the cache, a pin of its own that
+/// UNPIN gives back at once.
+pub const PIN_NOCACHE: u32 = 1 << 1;
 /// `GDRPEER_PIN_FLAGS`: every pin flag.
-pub const PIN_FLAGS: u32 = PIN_PERSISTENT;
+pub const PIN_FLAGS: u32 = PIN_PERSISTENT | PIN_NOCACHE;
 
 /// `GDRPEER_STATE_VALID`: pinned, addresses usable.
 pub const STATE_VALID: u32 = 0;
@@ -51,7 +54,7 @@ pub struct Version {
 pub struct Pin {
     /// In: `size_of::<Pin>()`.
     pub size: u32,
-    /// In: [`PIN_PERSISTENT`] or 0.
+    /// In: [`PIN_PERSISTENT`], [`PIN_NOCACHE`], both or 0.
     pub flags: u32,
     /// In: GPU virtual address, any alignment.
     pub va: u64,
@@ -263,6 +266,7 @@ mod tests {
             GDRPEER_ABI_VERSION = ABI_VERSION,
             GDRPEER_IOCTL_MAGIC = IOCTL_MAGIC,
             GDRPEER_PIN_PERSISTENT = PIN_PERSISTENT,
+            GDRPEER_PIN_NOCACHE = PIN_NOCACHE,
             GDRPEER_PIN_FLAGS = PIN_FLAGS,
             GDRPEER_STATE_VALID = STATE_VALID,
             GDRPEER_STATE_REVOKED = STATE_REVOKED,
