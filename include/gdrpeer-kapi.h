@@ -61,13 +61,13 @@ void gdrpeer_ctx_destroy(struct gdrpeer_ctx *ctx);
  * @invalidate (not NULL) is called once, with @data, when the NVIDIA driver
  * frees the memory while it is registered, before gdrpeer frees the DMA
  * mappings. It may run before this call returns, even when this call then
- * fails with -ENXIO: set @data up before calling. It must stop the device's use of the addresses (and wait for DMA
- * in flight) before it returns. It runs in process context under the NVIDIA
- * driver's global lock: it may sleep briefly (gdrpeer reports one slower than
- * its invalidate_warn_ms parameter, 100 ms by default), and
- * must not take a lock that is held anywhere around a gdrpeer_* call, nor call
- * gdrpeer_* itself. The registration stays valid memory until
- * gdrpeer_mr_unpin().
+ * fails with -ENXIO: set @data up before calling. It must stop the device's
+ * use of the addresses (and wait for DMA in flight) before it returns. It runs
+ * in process context under the NVIDIA driver's global lock: it may sleep
+ * briefly (gdrpeer reports one slower than its invalidate_warn_ms parameter,
+ * 100 ms by default), and must not take a lock that is held anywhere around a
+ * gdrpeer_* call, nor call gdrpeer_* itself. The registration stays valid
+ * memory until gdrpeer_mr_unpin().
  *
  * Returns the registration or an ERR_PTR: -EINVAL bad range, length or
  * arguments, -EACCES another process's context, -ENOMEM no memory or BAR1

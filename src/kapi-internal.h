@@ -21,11 +21,11 @@ void gdrpeer_rs_mr_unpin(struct gdrpeer_mr *mr);
  * the C compiler.
  */
 struct gdrpeer_rs_fns {
-	typeof(&gdrpeer_rs_kapi_version) kapi_version;
-	typeof(&gdrpeer_rs_ctx_create) ctx_create;
-	typeof(&gdrpeer_rs_ctx_destroy) ctx_destroy;
-	typeof(&gdrpeer_rs_mr_pin) mr_pin;
-	typeof(&gdrpeer_rs_mr_unpin) mr_unpin;
+	typeof(gdrpeer_rs_kapi_version) *kapi_version;
+	typeof(gdrpeer_rs_ctx_create) *ctx_create;
+	typeof(gdrpeer_rs_ctx_destroy) *ctx_destroy;
+	typeof(gdrpeer_rs_mr_pin) *mr_pin;
+	typeof(gdrpeer_rs_mr_unpin) *mr_unpin;
 };
 
 /* Around a peer driver's invalidate callback. */
