@@ -11,7 +11,6 @@ use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsFd, AsRawFd, BorrowedFd},
     io::Errno,
-    net,
 };
 use std::collections::BTreeMap;
 
@@ -292,13 +291,7 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
     });
     c.insert("file-passed-by-scm-rights", || {
         let s = setup()?;
-        let (mine, theirs) = net::socketpair(
-            net::AddressFamily::UNIX,
-            net::SocketType::STREAM,
-            net::SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(errno)?;
+        let (mine, theirs) = proc::unix_pair()?;
         let va = s.va;
         let pid = fork_errno(move || {
             let fd = proc::recv_fd(theirs.as_fd())?;

@@ -310,19 +310,24 @@ fn send_byte(sock: BorrowedFd<'_>) -> TestResult {
     Ok(())
 }
 
+/// A connected pair of Unix stream sockets, to pass files with SCM_RIGHTS.
+pub fn unix_pair() -> Result<(OwnedFd, OwnedFd), String> {
+    net::socketpair(
+        net::AddressFamily::UNIX,
+        net::SocketType::STREAM,
+        net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(errno)
+}
+
 /// The pinning process closes its file first; the other process's close is the release, and
 /// cannot give the pages back (NVIDIA knows them by the pinner's tgid): the regions wait for
 /// NVIDIA's callback, the module stays loaded meanwhile, and nothing leaks.
 pub fn child_closes_last(how: Handover) -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
-    let (mine, theirs) = net::socketpair(
-        net::AddressFamily::UNIX,
-        net::SocketType::STREAM,
-        net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .map_err(errno)?;
+    let (mine, theirs) = unix_pair()?;
     let (d, child) = match how {
         Handover::Fork => {
             let d = dev()?;
