@@ -104,10 +104,10 @@ fn expected(kind: &str, e: Errno) -> bool {
     }
 }
 
-/// One thread of a worker: `ops` random operations.
-fn worker_thread(sh: &Shared, seed: u64, ops: u64) -> Vec<String> {
+/// One thread of a worker: `ops` random operations. An unexpected outcome is reported at
+/// once (`unexpected: ...`), so that a worker killed later has said it.
+fn worker_thread(sh: &Shared, seed: u64, ops: u64) {
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut unexpected = Vec::new();
     let mut dev = Device::open_default().ok();
     let mut handles: Vec<u64> = Vec::new();
     let nic = if sh.nic { Nic::open().ok() } else { None };
@@ -184,14 +184,13 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64) -> Vec<String> {
         };
         if let Err(e) = r {
             if !expected(name, e) {
-                unexpected.push(format!("{name}: {e}"));
+                let _ = writeln!(std::io::stdout().lock(), "unexpected: {name}: {e}");
             }
         }
         sh.counts[kind].fetch_add(1, Relaxed);
         sh.done.fetch_add(1, Relaxed);
     }
     // Whatever is left is released by closing the files.
-    unexpected
 }
 
 fn errno_of(e: gdrpeer::Error) -> Errno {
@@ -235,8 +234,9 @@ fn fork_child_pins(fd: i32, va: u64) -> Result<(), Errno> {
     }
 }
 
-/// `--stress-worker SEED OPS THREADS`: one worker process. Prints `progress N` lines, then
-/// `unexpected: ...` lines and `done k=v ...`.
+/// `--stress-worker SEED OPS THREADS`: one worker process. Prints `progress N k=v ...`
+/// lines (operations done, in all and by kind), `unexpected: ...` lines as they happen, and
+/// `done` at the end.
 pub fn worker(args: &[String]) -> TestResult {
     let num = |i: usize| -> Result<u64, String> {
         args.get(i)
@@ -259,24 +259,28 @@ pub fn worker(args: &[String]) -> TestResult {
             thread::spawn(move || worker_thread(&sh, seed.wrapping_mul(31) + t, n))
         })
         .collect();
-    let out = std::io::stdout();
+    let progress = || {
+        let counts: Vec<String> = KINDS
+            .iter()
+            .zip(&sh.counts)
+            .map(|(k, c)| format!("{k}={}", c.load(Relaxed)))
+            .collect();
+        let done = sh.done.load(Relaxed);
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "progress {done} {}",
+            counts.join(" ")
+        );
+    };
     while workers.iter().any(|w| !w.is_finished()) {
-        let _ = writeln!(out.lock(), "progress {}", sh.done.load(Relaxed));
+        progress();
         thread::sleep(Duration::from_millis(200));
     }
-    let mut out = out.lock();
     for w in workers {
-        for u in w.join().map_err(|_| "stress thread panicked")? {
-            let _ = writeln!(out, "unexpected: {u}");
-        }
+        w.join().map_err(|_| "stress thread panicked")?;
     }
-    let counts: Vec<String> = KINDS
-        .iter()
-        .zip(&sh.counts)
-        .map(|(k, c)| format!("{k}={}", c.load(Relaxed)))
-        .collect();
-    let _ = writeln!(out, "progress {}", sh.done.load(Relaxed));
-    let _ = writeln!(out, "done {}", counts.join(" "));
+    progress();
+    let _ = writeln!(std::io::stdout().lock(), "done");
     Ok(())
 }
 
@@ -309,18 +313,21 @@ fn spawn(seed: u64, ops: u64, threads: u64) -> Result<Worker, String> {
     thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let mut r = r.lock().unwrap();
-            if let Some(n) = line.strip_prefix("progress ") {
-                r.progress = n.parse().unwrap_or(r.progress);
-            } else if let Some(u) = line.strip_prefix("unexpected: ") {
-                r.unexpected.push(u.to_string());
-            } else if let Some(c) = line.strip_prefix("done ") {
-                r.counts = c
-                    .split_whitespace()
+            if let Some(p) = line.strip_prefix("progress ") {
+                let mut words = p.split_whitespace();
+                r.progress = words
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(r.progress);
+                r.counts = words
                     .filter_map(|kv| {
                         let (k, v) = kv.split_once('=')?;
                         Some((k.to_string(), v.parse().ok()?))
                     })
                     .collect();
+            } else if let Some(u) = line.strip_prefix("unexpected: ") {
+                r.unexpected.push(u.to_string());
+            } else if line == "done" {
                 r.finished = true;
             } else {
                 r.unexpected.push(format!("worker said: {line}"));
@@ -459,7 +466,7 @@ pub fn run(args: &[String]) -> TestResult {
         let mut kinds: Vec<_> = counts.iter().collect();
         kinds.sort();
         let by_kind: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("    (finished workers)     {}", by_kind.join(", "));
+        println!("    by kind                {}", by_kind.join(", "));
         println!("  processes killed (-9)    {kills}");
         println!("  fault errno switches     {fault_switches}");
         for (what, k) in [
