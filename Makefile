@@ -8,6 +8,7 @@
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
 #   make demo                                     the main job, end to end, in the test VM
 #   make stress | fuzz                            the long stress and ioctl fuzzing runs
+#   make bench                                    the benchmarks: table, JSON and plot in build/bench
 #   make clippy | fmt | fmtcheck | rust-analyzer | clean
 #
 # KDIR is the kernel build tree (default: the running kernel's). NVIDIA_SRC is
@@ -41,7 +42,7 @@ nv_note_symvers := $(NVIDIA_SRC) has no Module.symvers (driver not built): build
 	KBUILD_MODPOST_WARN=1, nvidia_p2p_* unversioned, modpost warnings about them expected
 endif
 endif
-ifneq ($(filter-out fmt fmtcheck clean check demo,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench,$(or $(MAKECMDGOALS),all)),)
 $(if $(nv_note_src),$(info gdrpeer: $(nv_note_src)))
 $(if $(nv_note_symvers),$(info gdrpeer: $(nv_note_symvers)))
 endif
@@ -51,7 +52,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(if $(LLVM),LLVM=$(LLVM)) \
 	$(if $(NV_SYMVERS),KBUILD_EXTRA_SYMBOLS="$(abspath $(NV_SYMVERS))", \
 		$(if $(NVIDIA_SRC),KBUILD_MODPOST_WARN=1))
 
-.PHONY: all modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz
+.PHONY: all modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz bench
 
 all: modules
 
@@ -138,3 +139,8 @@ stress:
 
 fuzz:
 	tests/vm/long fuzz $(FUZZ_ARGS)
+
+# The benchmarks (figures, not pass/fail); arguments of gdrpeer-bench run in
+# BENCH_ARGS, e.g. BENCH_ARGS="--sizes 16,1024 --reps 1000".
+bench:
+	tests/vm/bench $(BENCH_ARGS)

@@ -1044,6 +1044,9 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "bar1_used %llu\n", st.bar1_used);
 	seq_printf(m, "bar1_size %llu\n", gpu.bar1_size);
 	seq_printf(m, "bar1_reserve %lu\n", bar1_reserve);
+	seq_printf(m, "gpu_pages %u\n", gpu.npages);
+	seq_printf(m, "gpu_pages_used %u\n",
+		   gpu.used ? bitmap_weight(gpu.used, gpu.npages) : 0);
 	seq_printf(m, "callbacks_fired %llu\n", st.callbacks_fired);
 	seq_printf(m, "get_pages_calls %llu\n", st.get_pages_calls);
 	seq_printf(m, "get_pages_failed %llu\n", st.get_pages_failed);

@@ -133,6 +133,20 @@ gdrnic_suite() {
 
 . $GDRPEER/plans/lib-load.sh
 
+# A short benchmark run (make bench runs the full one): it still measures,
+# and its figures still render as the table, the ratios and the plot.
+test_bench_short() {
+	bench_run --sizes 16,64 --reps 50 --slow-reps 5 >/tmp/bench.out 2>&1
+	rc=$?
+	cat /tmp/bench.out
+	[ $rc -eq 0 ] || fail "gdrpeer-bench run: status $rc"
+	grep -q 'hit at 64 regions vs 16' /tmp/bench.out || fail "no ratios printed"
+	gdrpeer-bench render /tmp/bench.json --svg /tmp/bench.svg >/tmp/render.out ||
+		fail "gdrpeer-bench render"
+	grep -q '^ratios' /tmp/render.out || fail "render printed no ratios"
+	grep -q '</svg>' /tmp/bench.svg || fail "no plot"
+}
+
 # --- gdrcopy's sanity scenarios over (simulated) libcuda ----------------------
 
 # gdrpeer-test --cuda with the module; --cuda-only without it (what runs on a
@@ -205,6 +219,7 @@ run_plan() {
 	cuda_suite
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
+	t bench-short test_bench_short
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
-# The stress and fuzz runs, shared by check.sh (short runs) and stress.sh and
-# fuzz.sh (make stress, make fuzz). Sourced by plans.
+# The stress, fuzz and benchmark runs, shared by check.sh (short runs) and
+# stress.sh, fuzz.sh and bench.sh (make stress, make fuzz, make bench).
+# Sourced by plans.
 
 # stress_run OPS PROCS THREADS SEED: nvsim, gdrpeer (a small region limit, so
 # that evictions happen too) and the sample NIC, then gdrpeer-test --stress
@@ -22,6 +23,19 @@ fuzz_run() {
 	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
 	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko || fail "load"
 	gdrpeer-test --fuzz "$@"
+	rc=$?
+	for m in gdrpeer nvsim; do unload $m; done
+	return $rc
+}
+
+# bench_run ARGS...: nvsim with its default pin cost, gdrpeer with no region
+# limit (the cache keeps every region the benchmark pins), then gdrpeer-bench
+# run ARGS, writing /tmp/bench.json (userspace/gdrpeer-bench).
+bench_run() {
+	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	load $GDRPEER/modules/nvsim.ko &&
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
+	gdrpeer-bench run --json /tmp/bench.json "$@"
 	rc=$?
 	for m in gdrpeer nvsim; do unload $m; done
 	return $rc

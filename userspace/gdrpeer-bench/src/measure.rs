@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The measurements, made in the test guest over `/dev/gdrpeer`, nvsim and the simulated
+//! libcuda (gdrpeer loaded without region limits, so that the cache holds everything pinned).
+
+use crate::report::{Latency, Op, Point, Report};
+use gdrpeer::{cuda::Cuda, regcache::PointerInfo, regcache::RegCache, Device, PinFlags};
+use std::time::{Duration, Instant};
+
+const K64: u64 = 1 << 16;
+/// The scaling measurements' cache is filled from allocations of at most this many 64 KiB
+/// pages.
+const CHUNK_PAGES: u64 = 16384;
+/// Untimed repetitions before each timed series.
+const WARMUP: usize = 10;
+
+/// What to run.
+pub struct Config {
+    /// Repetitions of the cheap operations.
+    pub reps: usize,
+    /// Repetitions of the operations that pin (nvsim's cost model sleeps in each).
+    pub slow_reps: usize,
+    /// The cache sizes of the scaling measurements.
+    pub sizes: Vec<u64>,
+    pub seed: u64,
+}
+
+/// Runs `op` `WARMUP + reps` times; `op` returns the time of the part it measures.
+fn series(
+    reps: usize,
+    mut op: impl FnMut() -> Result<Duration, String>,
+) -> Result<Latency, String> {
+    for _ in 0..WARMUP {
+        op()?;
+    }
+    let mut ns = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        ns.push(op()?.as_nanos() as u64);
+    }
+    Ok(Latency::of(ns))
+}
+
+/// The time `f` takes.
+fn timed<T>(f: impl FnOnce() -> Result<T, String>) -> Result<(T, Duration), String> {
+    let t = Instant::now();
+    let v = f()?;
+    Ok((v, t.elapsed()))
+}
+
+fn g<T>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+fn c<T>(r: Result<T, gdrpeer::cuda::CudaCallError>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
+}
+
+/// A value of `/proc/meminfo`, in bytes.
+fn meminfo(key: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| format!("meminfo: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| format!("meminfo: no {key}"))
+}
+
+fn op(key: &str, what: &str, latency: Latency) -> Op {
+    eprintln!(
+        "bench: {what}: median {} ns, p99 {} ns",
+        latency.median_ns, latency.p99_ns
+    );
+    Op {
+        key: key.into(),
+        what: what.into(),
+        latency,
+    }
+}
+
+/// 64 KiB pages that can still be pinned: what BAR1 has left, and what the GPU has left.
+fn pinnable_pages() -> Result<u64, String> {
+    let s = nvsim::testing::stats()?;
+    let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
+    let bar1 = get("bar1_size")?.saturating_sub(get("bar1_used")? + get("bar1_reserve")?) / K64;
+    let free = get("gpu_pages")?.saturating_sub(get("gpu_pages_used")?);
+    Ok(bar1.min(free))
+}
+
+/// The operations measured with an (almost) empty cache.
+fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<Vec<Op>, String> {
+    let mut ops = Vec::new();
+    ops.push(op(
+        "null",
+        "null ioctl (GET_VERSION)",
+        series(
+            cfg.reps,
+            || Ok(timed(|| g(dev.get_version(), "version"))?.1),
+        )?,
+    ));
+
+    let buf = c(cuda.mem_alloc(K64 as usize))?;
+    g(dev.pin(buf, K64, PinFlags::empty()), "pin").and_then(|p| g(dev.unpin(p.handle), "unpin"))?;
+    let mut unpins = Vec::with_capacity(cfg.reps);
+    ops.push(op(
+        "hit",
+        "pin, cache hit (64 KiB)",
+        series(cfg.reps, || {
+            let (p, t) = timed(|| g(dev.pin(buf, K64, PinFlags::empty()), "pin"))?;
+            let ((), u) = timed(|| g(dev.unpin(p.handle), "unpin"))?;
+            unpins.push(u.as_nanos() as u64);
+            Ok(t)
+        })?,
+    ));
+    ops.push(op(
+        "unpin",
+        "unpin (the region stays cached)",
+        Latency::of(unpins.split_off(WARMUP)),
+    ));
+    ops.push(op(
+        "tag_check",
+        "cuPointerGetAttribute(BUFFER_ID)",
+        series(cfg.reps, || {
+            Ok(timed(|| cuda.buffer_id(buf).map_err(|e| format!("buffer id: {e:?}")))?.1)
+        })?,
+    ));
+    let mut cache = RegCache::new(dev, cuda, 16);
+    cache.get(buf, K64).map_err(|e| e.to_string())?;
+    ops.push(op(
+        "tag_check_hit",
+        "user-space cache: tag check + hit (64 KiB)",
+        series(cfg.reps, || {
+            Ok(timed(|| cache.get(buf, K64).map_err(|e| e.to_string()))?.1)
+        })?,
+    ));
+    drop(cache);
+
+    for (len, name) in [(K64, "64k"), (16 * K64, "1m")] {
+        let b = c(cuda.mem_alloc(len as usize))?;
+        let size = if len == K64 { "64 KiB" } else { "1 MiB" };
+        for (flags, how) in [
+            (PinFlags::empty(), "cached"),
+            (PinFlags::NOCACHE, "nocache"),
+        ] {
+            let what = match how {
+                "cached" => format!("pin + unpin of a reused buffer, cached ({size})"),
+                _ => format!("pin + unpin of a reused buffer, NOCACHE ({size})"),
+            };
+            let reps = if how == "cached" {
+                cfg.reps
+            } else {
+                cfg.slow_reps
+            };
+            ops.push(op(
+                &format!("reuse_{how}_{name}"),
+                &what,
+                series(reps, || {
+                    Ok(timed(|| {
+                        let p = g(dev.pin(b, len, flags), "pin")?;
+                        g(dev.unpin(p.handle), "unpin")
+                    })?
+                    .1)
+                })?,
+            ));
+        }
+        c(cuda.mem_free(b))?;
+    }
+
+    // Misses: each pin takes a page never pinned before (the regions stay cached until the
+    // buffer is freed).
+    let pages = (cfg.slow_reps + WARMUP) as u64;
+    let miss_buf = c(cuda.mem_alloc((pages * K64) as usize))?;
+    let mut next = 0;
+    ops.push(op(
+        "miss",
+        "pin, cache miss (64 KiB; nvsim's pin cost)",
+        series(cfg.slow_reps, || {
+            let va = miss_buf + next * K64;
+            next += 1;
+            let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
+            g(dev.unpin(p.handle), "unpin")?;
+            Ok(t)
+        })?,
+    ));
+    c(cuda.mem_free(miss_buf))?;
+    c(cuda.mem_free(buf))?;
+    Ok(ops)
+}
+
+/// Fills the cache to each size in turn and measures hits and invalidations there.
+fn scaling(
+    dev: &Device,
+    cuda: &Cuda,
+    cfg: &Config,
+    skipped: &mut Vec<String>,
+) -> Result<(Vec<Point>, Vec<u64>, u64), String> {
+    let mut rng = fastrand::Rng::with_seed(cfg.seed);
+    // What the invalidation measurements allocate besides the cached regions.
+    let spare = 64;
+    let room = pinnable_pages()?.saturating_sub(spare);
+    let mut sizes = cfg.sizes.clone();
+    sizes.sort_unstable();
+    if let Some(too_big) = sizes.iter().position(|&n| n > room) {
+        skipped.push(format!(
+            "{:?} regions: {room} pages of 64 KiB can be pinned (tests/vm/run --bar-size)",
+            &sizes[too_big..]
+        ));
+        sizes.truncate(too_big);
+    }
+    // The allocations come first, so that the slab growth measured is the regions'.
+    let largest = sizes.last().copied().unwrap_or(0);
+    let chunk_pages = largest.clamp(1, CHUNK_PAGES);
+    let chunks = (0..largest.div_ceil(chunk_pages))
+        .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
+        .collect::<Result<Vec<u64>, String>>()?;
+    let mut regions: Vec<u64> = Vec::new();
+    let mut points = Vec::new();
+    let slab_empty = meminfo("Slab")?;
+    for n in sizes {
+        while (regions.len() as u64) < n {
+            let i = regions.len() as u64;
+            let va = chunks[(i / chunk_pages) as usize] + (i % chunk_pages) * K64;
+            let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
+            g(dev.unpin(p.handle), "unpin")?;
+            regions.push(va);
+        }
+        let slab = meminfo("Slab")?;
+        let cached = g(dev.stats(), "stats")?.file.regions;
+        if cached != n {
+            return Err(format!("{cached} regions cached, expected {n}"));
+        }
+        let hit = series(cfg.reps, || {
+            let va = regions[rng.usize(..regions.len())];
+            let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
+            g(dev.unpin(p.handle), "unpin")?;
+            Ok(t)
+        })?;
+        let invalidate = series(cfg.slow_reps, || {
+            let b = c(cuda.mem_alloc(K64 as usize))?;
+            let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
+            g(dev.unpin(p.handle), "unpin")?;
+            Ok(timed(|| c(cuda.mem_free(b)))?.1)
+        })?;
+        let free_unpinned = series(cfg.slow_reps, || {
+            let b = c(cuda.mem_alloc(K64 as usize))?;
+            Ok(timed(|| c(cuda.mem_free(b)))?.1)
+        })?;
+        let p = Point {
+            regions: n,
+            hit,
+            invalidate,
+            free_unpinned,
+            slab_per_region: slab.saturating_sub(slab_empty) / n,
+        };
+        eprintln!(
+            "bench: {n} regions: hit {} ns, invalidation {} ns, free {} ns, {} slab bytes/region",
+            p.hit.median_ns, p.invalidate.median_ns, p.free_unpinned.median_ns, p.slab_per_region
+        );
+        points.push(p);
+    }
+    Ok((points, chunks, regions.len() as u64))
+}
+
+/// The run-time checkers of the running kernel that slow down what is measured.
+fn checkers() -> String {
+    let exists = |path: &str| std::path::Path::new(path).exists();
+    let boot_log = std::process::Command::new("dmesg")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let found: Vec<&str> = [
+        (
+            "KASAN",
+            boot_log.contains("KernelAddressSanitizer initialized"),
+        ),
+        ("lockdep", exists("/proc/lockdep")),
+        ("kmemleak", exists("/sys/kernel/debug/kmemleak")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    if found.is_empty() {
+        "no checkers".into()
+    } else {
+        found.join(", ")
+    }
+}
+
+/// Runs everything.
+pub fn run(cfg: &Config) -> Result<Report, String> {
+    let cuda = Cuda::load().map_err(|e| e.to_string())?;
+    let dev = g(Device::open_default(), "open")?;
+    let abi = dev.version().abi_string();
+    let param = |name: &str| -> Result<u64, String> {
+        let path = format!("/sys/module/nvsim/parameters/{name}");
+        std::fs::read_to_string(&path)
+            .map_err(|e| format!("{path}: {e}"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{path}: {e}"))
+    };
+    let ops = single_ops(&dev, &cuda, cfg)?;
+    let mut skipped = Vec::new();
+    let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
+    // Closing the file unpins every cached region; then the chunks go, calling back nobody.
+    let close = Instant::now();
+    drop(dev);
+    let close_ns = close.elapsed().as_nanos() as u64;
+    for ch in chunks {
+        c(cuda.mem_free(ch))?;
+    }
+    Ok(Report {
+        kernel: rustix::system::uname()
+            .release()
+            .to_string_lossy()
+            .into_owned(),
+        checkers: checkers(),
+        abi,
+        pin_cost_us: param("pin_cost_us")?,
+        pin_cost_per_page_us: param("pin_cost_per_page_us")?,
+        ops,
+        scaling,
+        skipped,
+        close_regions,
+        close_ns,
+    })
+}
