@@ -960,10 +960,10 @@ impl Pinned {
                 drop(s);
                 fsleep(Delta::from_micros(100));
                 s = self.state.lock();
-                if !warned && start.elapsed() > REVOKE_WAIT {
+                if !warned && s.users > 0 && start.elapsed() > REVOKE_WAIT {
                     warned = true;
                     pr_warn!(
-                        "revoking {:#x}+{:#x}: {} readers still active after {} ms\n",
+                        "revoking {:#x}+{:#x}: {} users (address readers, unmaps) still active after {} ms\n",
                         self.range.start(),
                         self.range.len(),
                         s.users,
