@@ -656,19 +656,32 @@ impl Inner {
     fn overlapping(&mut self, kind: PinKind, range: &GpuRange) -> Result<KVec<Arc<Region>>> {
         let mut found = KVec::new();
         let mut revoked = KVec::new();
-        for (_, region) in self.regions[tree_index(kind)].iter() {
+        let tree = &mut self.regions[tree_index(kind)];
+        // The regions of a tree never overlap one another, so of those that start at or
+        // before the range only the last can reach into it: the walk starts there, not at
+        // the first region (a miss stays O(log n + overlaps) with many regions cached).
+        let first = match tree.cursor_lower_bound(&(range.start() + 1)) {
+            Some(c) => c.peek_prev().map_or(*c.current().0, |(start, _)| *start),
+            None => match tree.cursor_back() {
+                Some(c) => *c.current().0,
+                None => return Ok(found),
+            },
+        };
+        let mut cursor = tree.cursor_lower_bound_mut(&first);
+        while let Some(c) = cursor {
+            let region = c.current().1;
             let r = region.pinned.range();
             if r.start() >= range.end() {
                 break;
             }
-            if !policy::overlaps(r, range) {
-                continue;
+            if policy::overlaps(r, range) {
+                if region.pinned.is_revoked() {
+                    revoked.push(region.clone(), GFP_KERNEL)?;
+                } else {
+                    found.push(region.clone(), GFP_KERNEL)?;
+                }
             }
-            if region.pinned.is_revoked() {
-                revoked.push(region.clone(), GFP_KERNEL)?;
-            } else {
-                found.push(region.clone(), GFP_KERNEL)?;
-            }
+            cursor = c.move_next();
         }
         for region in revoked.iter() {
             self.forget(region);

@@ -388,6 +388,50 @@ fn overlapping_requests_merge() -> TestResult {
     ok(d.unpin(c.handle), "unpin")
 }
 
+/// A miss merges exactly the regions it overlaps: one reaching in from below, several
+/// inside, none that only touch it.
+fn merge_takes_exactly_the_overlapping_regions() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(8 * K64).map_err(errno)?;
+    let d = dev()?;
+    let page = |i: u64| va + i * K64;
+    for i in [1, 3, 5] {
+        let p = ok(d.pin(page(i), K64, PinFlags::empty()), "pin")?;
+        ok(d.unpin(p.handle), "unpin")?;
+    }
+    check_eq!(stat("pins_live")?, 3, "pins of [1,2) [3,4) [5,6)");
+    // [1,5) starts where [1,2) does and takes in [3,4); [5,6) only touches it.
+    let a = ok(d.pin(page(1), 4 * K64, PinFlags::empty()), "pin [1,5)")?;
+    let info = ok(d.info(a.handle), "info")?;
+    check_eq!(
+        (info.region_va, info.region_len),
+        (page(1), 4 * K64),
+        "region of [1,5)"
+    );
+    check_eq!(stat("pins_live")?, 2, "pins after merging [1,2) and [3,4)");
+    ok(d.unpin(a.handle), "unpin")?;
+    // [0,7) starts before every region and takes in both.
+    let b = ok(d.pin(va, 7 * K64, PinFlags::empty()), "pin [0,7)")?;
+    let info = ok(d.info(b.handle), "info")?;
+    check_eq!(
+        (info.region_va, info.region_len),
+        (va, 7 * K64),
+        "region of [0,7)"
+    );
+    check_eq!(stat("pins_live")?, 1, "pins after merging [1,5) and [5,6)");
+    ok(d.unpin(b.handle), "unpin")?;
+    // [6,8) starts inside [0,7), which reaches into it from below: one region [0,8).
+    let c = ok(d.pin(page(6), 2 * K64, PinFlags::empty()), "pin [6,8)")?;
+    let info = ok(d.info(c.handle), "info")?;
+    check_eq!(
+        (info.region_va, info.region_len),
+        (va, 8 * K64),
+        "region of [6,8)"
+    );
+    check_eq!(stat("pins_live")?, 1, "pins after merging [0,7)");
+    ok(d.unpin(c.handle), "unpin")
+}
+
 fn lru_eviction_over_region_limit() -> TestResult {
     let limit = param("cache_max_regions")?;
     check!(
@@ -848,6 +892,10 @@ const TESTS: &[Test] = &[
     (
         "gdrpeer-overlapping-requests-merge",
         overlapping_requests_merge,
+    ),
+    (
+        "gdrpeer-merge-takes-exactly-the-overlapping-regions",
+        merge_takes_exactly_the_overlapping_regions,
     ),
     (
         "gdrpeer-lru-eviction-over-region-limit",
