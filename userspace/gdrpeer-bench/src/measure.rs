@@ -137,22 +137,13 @@ fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<Vec<Op>, String
     for (len, name) in [(K64, "64k"), (16 * K64, "1m")] {
         let b = c(cuda.mem_alloc(len as usize))?;
         let size = if len == K64 { "64 KiB" } else { "1 MiB" };
-        for (flags, how) in [
-            (PinFlags::empty(), "cached"),
-            (PinFlags::NOCACHE, "nocache"),
+        for (flags, how, label, reps) in [
+            (PinFlags::empty(), "cached", "cached", cfg.reps),
+            (PinFlags::NOCACHE, "nocache", "NOCACHE", cfg.slow_reps),
         ] {
-            let what = match how {
-                "cached" => format!("pin + unpin of a reused buffer, cached ({size})"),
-                _ => format!("pin + unpin of a reused buffer, NOCACHE ({size})"),
-            };
-            let reps = if how == "cached" {
-                cfg.reps
-            } else {
-                cfg.slow_reps
-            };
             ops.push(op(
                 &format!("reuse_{how}_{name}"),
-                &what,
+                &format!("pin + unpin of a reused buffer, {label} ({size})"),
                 series(reps, || {
                     Ok(timed(|| {
                         let p = g(dev.pin(b, len, flags), "pin")?;
