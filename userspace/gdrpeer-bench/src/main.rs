@@ -4,7 +4,8 @@
 //!
 //! `gdrpeer-bench run` measures, in the test guest (`make bench`), with nvsim.ko and gdrpeer.ko
 //! loaded and the simulated libcuda on the library path; it prints the table and writes the
-//! figures as JSON. `gdrpeer-bench render` turns that JSON, on the host, into the table, an
+//! figures as JSON; without a CUDA driver library it exits with status 3. `gdrpeer-bench render`
+//! turns that JSON, on the host, into the table, an
 //! rst version of it and the plot.
 
 mod measure;
@@ -59,6 +60,9 @@ enum Cmd {
     },
 }
 
+/// The exit status when no CUDA driver library can be loaded (as gdrpeer and gdrpeer-test).
+const NO_CUDA: u8 = 3;
+
 fn main() -> ExitCode {
     let result = match Cli::parse().cmd {
         Cmd::Run {
@@ -67,12 +71,19 @@ fn main() -> ExitCode {
             sizes,
             seed,
             json,
-        } => measure::run(&measure::Config {
+        } => match measure::run(&measure::Config {
             reps,
             slow_reps,
             sizes,
             seed,
-        })
+        }) {
+            Err(measure::Failure::NoCuda(e)) => {
+                eprintln!("gdrpeer-bench: {e} (the benchmarks need a CUDA driver)");
+                return ExitCode::from(NO_CUDA);
+            }
+            Err(measure::Failure::Other(e)) => Err(e),
+            Ok(r) => Ok(r),
+        }
         .and_then(|r| {
             print!("{}", r.table());
             match json {

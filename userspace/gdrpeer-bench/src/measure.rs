@@ -276,9 +276,23 @@ fn checkers() -> String {
     }
 }
 
+/// Why a run stopped.
+pub enum Failure {
+    /// No CUDA driver library could be loaded.
+    NoCuda(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Self {
+        Failure::Other(e)
+    }
+}
+
 /// Runs everything.
-pub fn run(cfg: &Config) -> Result<Report, String> {
-    let cuda = Cuda::load().map_err(|e| e.to_string())?;
+pub fn run(cfg: &Config) -> Result<Report, Failure> {
+    let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     let abi = dev.version().abi_string();
     let param = |name: &str| -> Result<u64, String> {
