@@ -5,8 +5,7 @@
 //! `gdrpeer-bench run` measures, in the test guest (`make bench`), with nvsim.ko and gdrpeer.ko
 //! loaded and the simulated libcuda on the library path; it prints the table and writes the
 //! figures as JSON; without a CUDA driver library it exits with status 3. `gdrpeer-bench render`
-//! turns that JSON, on the host, into the table, an
-//! rst version of it and the plot.
+//! turns that JSON, on the host, into the table, an rst version of it and the plot.
 
 mod measure;
 mod plot;
