@@ -333,16 +333,17 @@ impl Context {
                 GLOBAL.hits.add(1, Relaxed);
                 region
             }
-            None if sharing == Sharing::Private => {
-                // Never in the tree: nothing hits it, and its handle's unpin releases it.
-                let region = self.pin_evicting(&mut inner, range, kind)?;
-                inner.account(&region);
-                inner.stats.misses += 1;
-                GLOBAL.misses.add(1, Relaxed);
-                region
-            }
             None => {
-                let region = self.pin_new(&mut inner, range, kind)?;
+                let region = match sharing {
+                    Sharing::Cached => self.pin_new(&mut inner, range, kind)?,
+                    Sharing::Private => {
+                        // Never in the tree: nothing hits it, and its handle's unpin releases
+                        // it.
+                        let region = self.pin_evicting(&mut inner, range, kind)?;
+                        inner.account(&region);
+                        region
+                    }
+                };
                 inner.stats.misses += 1;
                 GLOBAL.misses.add(1, Relaxed);
                 region
