@@ -57,10 +57,6 @@ test_rmmod_order() {
 
 # nvsim-test reports one result per behaviour (Documentation/nvsim.rst).
 # Unloads the modules above and including nvsim, whatever the tests before left.
-unload_nv_stack() {
-	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
-}
-
 nvsim_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL nvsim-load $*"; return; }

@@ -7,24 +7,24 @@
 # that evictions happen too) and the sample NIC, then gdrpeer-test --stress
 # (userspace/gdrpeer-test/src/stress.rs).
 stress_run() {
-	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko &&
 		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=8 invalidate_warn_ms=1000 &&
 		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-test --stress "$@"
 	rc=$?
-	for m in gdrnic gdrpeer nvsim; do unload $m; done
+	unload_nv_stack
 	return $rc
 }
 
 # fuzz_run CALLS THREADS SEED: nvsim and gdrpeer, then gdrpeer-test --fuzz
 # (userspace/gdrpeer-test/src/fuzz.rs).
 fuzz_run() {
-	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko || fail "load"
 	gdrpeer-test --fuzz "$@"
 	rc=$?
-	for m in gdrpeer nvsim; do unload $m; done
+	unload_nv_stack
 	return $rc
 }
 
@@ -32,11 +32,11 @@ fuzz_run() {
 # limit (the cache keeps every region the benchmark pins), then gdrpeer-bench
 # run ARGS, writing /tmp/bench.json (userspace/gdrpeer-bench).
 bench_run() {
-	for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done
+	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko &&
 		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
 	gdrpeer-bench run --json /tmp/bench.json "$@"
 	rc=$?
-	for m in gdrpeer nvsim; do unload $m; done
+	unload_nv_stack
 	return $rc
 }

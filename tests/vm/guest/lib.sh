@@ -54,6 +54,8 @@ expect_eq() {
 load() { gdrpeer-vmtool insmod "$@"; }
 unload() { rmmod "$1" 2>/dev/null || true; }
 unload_all() { for m in gdrnic gdrpeer nvsim planted; do unload $m; done; }
+# Unloads the NVIDIA stand-in and everything built on it, users first.
+unload_nv_stack() { for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done; }
 
 # Reports the cases of a KUnit suite that ran at insmod as tests of their own.
 kunit_results() {

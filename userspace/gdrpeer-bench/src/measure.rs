@@ -295,14 +295,6 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     let abi = dev.version().abi_string();
-    let param = |name: &str| -> Result<u64, String> {
-        let path = format!("/sys/module/nvsim/parameters/{name}");
-        std::fs::read_to_string(&path)
-            .map_err(|e| format!("{path}: {e}"))?
-            .trim()
-            .parse()
-            .map_err(|e| format!("{path}: {e}"))
-    };
     let ops = single_ops(&dev, &cuda, cfg)?;
     let mut skipped = Vec::new();
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
@@ -320,8 +312,8 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
             .into_owned(),
         checkers: checkers(),
         abi,
-        pin_cost_us: param("pin_cost_us")?,
-        pin_cost_per_page_us: param("pin_cost_per_page_us")?,
+        pin_cost_us: nvsim::testing::param("pin_cost_us")?,
+        pin_cost_per_page_us: nvsim::testing::param("pin_cost_per_page_us")?,
         ops,
         scaling,
         skipped,

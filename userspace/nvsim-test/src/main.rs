@@ -9,7 +9,7 @@
 mod cuda;
 
 use nvsim::testing::{
-    self as harness, client, debugfs, errno, pin, stat, status, Test, TestResult,
+    self as harness, client, debugfs, errno, param, pin, stat, status, Test, TestResult,
 };
 use nvsim::Gpu;
 use nvsim::{check, check_eq};
@@ -291,13 +291,11 @@ fn pages_carry_bus_addresses_of_the_bar() -> TestResult {
 }
 
 fn page_table_version() -> TestResult {
-    let want = std::fs::read_to_string("/sys/module/nvsim/parameters/page_table_version")
-        .map_err(|e| e.to_string())?;
-    let want: u32 = want.trim().parse().map_err(|_| want.clone())?;
+    let want = param("page_table_version")?;
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
-    check_eq!(p.version, want, "page table version");
+    check_eq!(u64::from(p.version), want, "page table version");
     check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
     Ok(())
 }

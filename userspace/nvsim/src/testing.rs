@@ -111,6 +111,15 @@ pub fn stat(name: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("no counter {name}"))
 }
 
+/// A module parameter of nvsim (`/sys/module/nvsim/parameters/NAME`), in decimal.
+pub fn param(name: &str) -> Result<u64, String> {
+    let path = format!("/sys/module/nvsim/parameters/{name}");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    text.trim()
+        .parse()
+        .map_err(|e| format!("{path}: {:?}: {e}", text.trim()))
+}
+
 pub fn debugfs(file: &str, value: &str) -> TestResult {
     std::fs::write(format!("/sys/kernel/debug/nvsim/{file}"), value)
         .map_err(|e| format!("nvsim/{file} <- {value}: {e}"))
