@@ -6,12 +6,14 @@
 //! Locks are taken in this order (Documentation/design.rst explains why):
 //!
 //! 1. [`Context::inner`] (mutex): the cache of one context. Held across nv-p2p calls.
-//! 2. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
+//! 2. The table gate's admission ([`crate::gate`]): held across the get_pages, put_pages
+//!    or dma_map_pages it admits and nothing else; the free callback never waits for it.
+//! 3. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
 //!    under it.
-//! 3. `Pinned::state` (spinlock, in [`crate::nv_p2p`]): one pin's phase and readers. Never
+//! 4. `Pinned::state` (spinlock, in [`crate::nv_p2p`]): one pin's phase and readers. Never
 //!    held across a call out of gdrpeer, never held while sleeping.
 //!
-//! The free callback takes only lock 3: the rest of its work (taking the region out of the
+//! The free callback takes only lock 4: the rest of its work (taking the region out of the
 //! tree and out of the accounting) is queued to [`Region::run`], which takes 1 then 3 outside
 //! NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
 
@@ -30,6 +32,7 @@ use kernel::{
 };
 
 use crate::{
+    gate::Gate,
     kapi::Invalidate,
     nv_p2p::{PinKind, PinOwner, Pinned, Unpinned},
     policy::{self, Limits, Usage},
@@ -40,11 +43,25 @@ use crate::{
 /// What contexts need from the loaded module. It lives in the module's own data: every
 /// context and region holds a module reference (an open file, or a pin NVIDIA can still call
 /// back), so it outlives them.
+#[pin_data]
 pub(crate) struct Env {
     /// Where the free callback queues the rest of its work.
     pub(crate) queue: OwnedQueue,
     /// This module, for the references pins take.
     pub(crate) module: &'static ThisModule,
+    /// The table gate every pin goes through.
+    #[pin]
+    pub(crate) gate: Gate,
+}
+
+impl Env {
+    pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Env {
+            queue: OwnedQueue::new(c"gdrpeer")?,
+            module,
+            gate <- Gate::new(),
+        })
+    }
 }
 
 /// Counters over all contexts, for debugfs and the STATS ioctl.
@@ -185,7 +202,7 @@ struct Notifiers {
 pub(crate) struct Region {
     ctx: Arc<Context>,
     book: LockedBy<Book, Inner>,
-    /// Lock 3 of the order at the top of this file, like `Pinned::state`; never held with it.
+    /// Lock 4 of the order at the top of this file, like `Pinned::state`; never held with it.
     #[pin]
     notifiers: SpinLock<Notifiers>,
     #[pin]
@@ -589,7 +606,7 @@ impl Region {
                     "Region::notifiers"
                 ),
                 work <- new_work!("Region::work"),
-                pinned <- Pinned::new(range, kind),
+                pinned <- Pinned::new(range, kind, &ctx.env.gate),
             }),
             GFP_KERNEL,
         )

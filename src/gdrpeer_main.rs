@@ -30,6 +30,7 @@
 
 mod cache;
 mod chardev;
+mod gate;
 mod kapi;
 mod nv_p2p;
 mod policy;
@@ -102,6 +103,7 @@ struct GdrpeerModule {
     /// `gdrpeer/files`: one directory per open file.
     files_dir: debugfs::Dir,
     _debugfs: debugfs::Dir,
+    #[pin]
     env: cache::Env,
 }
 
@@ -116,10 +118,7 @@ impl kernel::InPlaceModule for GdrpeerModule {
         );
         let root = debugfs::Dir::new(c"gdrpeer");
         try_pin_init!(Self {
-            env: cache::Env {
-                queue: sys::OwnedQueue::new(c"gdrpeer")?,
-                module,
-            },
+            env <- cache::Env::new(module),
             files_dir: root.subdir(c"files"),
             _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
                 cache::GLOBAL.show(f)

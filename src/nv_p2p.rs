@@ -72,6 +72,7 @@ use kernel::{
 };
 
 use crate::{
+    gate::{Gate, Side},
     range::{GpuRange, GPU_PAGE_SIZE},
     sys::{self, ModuleRef},
 };
@@ -545,6 +546,8 @@ pub(crate) struct Pinned {
     kind: PinKind,
     /// The group leader of the pinning process: only it may put a callback pin.
     owner: ARef<Task>,
+    /// Keeps gdrpeer's pins off table addresses that a late call may still name.
+    gate: &'static Gate,
     table: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
     state: SpinLock<State>,
@@ -561,12 +564,13 @@ const REVOKE_WAIT: Delta = Delta::from_millis(100);
 
 impl Pinned {
     /// A pin of `range` of the calling process's GPU memory, not made yet ([`Pinned::pin`]).
-    pub(crate) fn new(range: GpuRange, kind: PinKind) -> impl PinInit<Self> {
+    pub(crate) fn new(range: GpuRange, kind: PinKind, gate: &'static Gate) -> impl PinInit<Self> {
         let owner = ARef::from(current!().group_leader());
         pin_init!(Pinned {
             range,
             kind,
             owner,
+            gate,
             table: Opaque::new(core::ptr::null_mut()),
             state <- new_spinlock!(
                 State {
@@ -617,6 +621,9 @@ impl Pinned {
             }
             s.phase = Phase::Pinning;
         }
+        // A table NVIDIA hands out now cannot sit at an address that a late put_pages or
+        // dma_map_pages still names (crate::gate).
+        let pass = this.gate.enter(Side::Pin);
         let ret = match this.kind {
             PinKind::Callback => {
                 let data = Arc::into_raw(owner.clone()).cast_mut().cast::<c_void>();
@@ -640,6 +647,7 @@ impl Pinned {
             }
             PinKind::Persistent => this.get_pages_persistent(),
         };
+        drop(pass);
         if let Err(e) = to_result(ret) {
             this.state.lock().phase = Phase::New;
             return Err(e);
@@ -759,13 +767,21 @@ impl Pinned {
     /// Fails with -ENXIO once revoked or released, or with nv-p2p's error.
     pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result {
         let key = sys::pci_dev_ptr(peer) as usize;
+        let mapped = |s: &State| match s.phase {
+            Phase::Valid => Ok(s.maps.get(&key).is_some()),
+            _ => Err(ENXIO),
+        };
+        if mapped(&self.state.lock())? {
+            return Ok(());
+        }
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        // Admitted before the phase is checked: should the callback free the table after
+        // the check, no pin of ours gets its address until the call below has returned, so
+        // the call cannot map another pin's table (crate::gate).
+        let pass = self.gate.enter(Side::Use);
         {
             let mut s = self.state.lock();
-            if s.phase != Phase::Valid {
-                return Err(ENXIO);
-            }
-            if s.maps.get(&key).is_some() {
+            if mapped(&s)? {
                 return Ok(());
             }
             // An unpin waits for us before put_pages (see `unpin`); a callback does not.
@@ -776,14 +792,18 @@ impl Pinned {
         // NVIDIA's lock, so not during the call itself), and the phase is checked after.
         // SAFETY: the table is live while the phase is Valid (checked above); a free in the
         // window since then is the one race the nv-p2p API leaves to its clients
-        // (Documentation/design.rst, "The DMA-mapping window").
+        // (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps the
+        // freed address from naming a table of ours meanwhile.
         let made = to_result(unsafe { raw_dma_map(peer, *self.table.get(), &mut map) })
             .and_then(|()| NonNull::new(map).ok_or(EIO));
+        drop(pass);
         let map = match made {
             Ok(map) => map,
             Err(e) => {
-                self.state.lock().mappers -= 1;
-                return Err(e);
+                let mut s = self.state.lock();
+                s.mappers -= 1;
+                // Freed under the call: report it as every later access does.
+                return Err(if s.phase == Phase::Revoked { ENXIO } else { e });
             }
         };
         // SAFETY (both closures): with access held and the phase Valid, the callback has not
@@ -845,15 +865,26 @@ impl Pinned {
     /// until NVIDIA calls back: the callback then frees it ([`Unpinned::LeftForCallback`]).
     pub(crate) fn unpin<T: PinOwner>(owner: &Arc<T>) -> Unpinned {
         let this = owner.pinned();
+        let settled = |phase| match phase {
+            Phase::Revoked => Some(Unpinned::Revoked),
+            Phase::New | Phase::Released | Phase::Releasing => Some(Unpinned::Released),
+            Phase::Pinning | Phase::Valid => None,
+        };
+        if let Some(done) = settled(this.phase()) {
+            return done;
+        }
+        if !this.may_unpin_here() {
+            return Unpinned::LeftForCallback;
+        }
+        // A callback pin is admitted before its phase is checked: should the callback free
+        // the table after the check, no pin of ours gets its address until our put_pages has
+        // returned, so that put_pages cannot release another pin (crate::gate). A persistent
+        // pin is never called back.
+        let pass = (this.kind == PinKind::Callback).then(|| this.gate.enter(Side::Use));
         let maps = {
             let mut s = this.state.lock();
-            match s.phase {
-                Phase::Revoked => return Unpinned::Revoked,
-                Phase::New | Phase::Released | Phase::Releasing => return Unpinned::Released,
-                Phase::Pinning | Phase::Valid => {}
-            }
-            if !this.may_unpin_here() {
-                return Unpinned::LeftForCallback;
+            if let Some(done) = settled(s.phase) {
+                return done;
             }
             s.phase = Phase::Releasing;
             // The unmaps below count as a use of the table: a callback that comes meanwhile
@@ -881,10 +912,13 @@ impl Pinned {
         // that put_pages finds no mapping live.
         this.end_use_and_wait();
         let ret = match this.kind {
-            // SAFETY: we are the pinning process (may_unpin_here) and own the table.
+            // SAFETY: we are the pinning process (may_unpin_here) and own the table; should
+            // the callback have freed it meanwhile, the gate keeps its address from naming
+            // another pin of ours, and NVIDIA finds nothing under the key.
             PinKind::Callback => unsafe { raw_put_pages(this.range.start(), table) },
             PinKind::Persistent => this.put_pages_persistent(table),
         };
+        drop(pass);
         let mut s = this.state.lock();
         if s.phase == Phase::Revoked {
             // The callback won the race and consumed its reference.

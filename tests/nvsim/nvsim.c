@@ -18,7 +18,10 @@
  *   holds its global lock (nvsim_lock), which every other entry point takes;
  *   afterwards nvsim frees the table and its DMA mappings itself, poisoned;
  * - persistent pins survive freeing the memory and are never called back;
- * - DMA mappings per peer with dma_map_resource(), several peers per table.
+ * - DMA mappings per peer with dma_map_resource(), several peers per table;
+ * - page tables and DMA mappings are recycled most recently freed first, as
+ *   a slab recycles them on a kernel without KASAN's quarantine, and a call
+ *   that names one recycled while it waited is reported (client_errors).
  *
  * Fault injection, counters and knobs live in debugfs (nvsim/).
  */
@@ -129,6 +132,28 @@ struct nvsim_alloc {
 	struct list_head pins;
 };
 
+/*
+ * A page table or DMA mapping handed out to clients. nvsim recycles them the
+ * way a slab does on a kernel without KASAN's quarantine: the most recently
+ * freed object is handed out first, so a client that calls with a pointer to
+ * a freed table often names a newer pin's table. nvsim keeps the objects until
+ * it is unloaded, and each has a generation, bumped whenever it is handed out:
+ * a call reads the generation of what it names on entry, and if that changed
+ * by the time it holds nvsim_lock, the object was freed and handed to someone
+ * else while it waited. That is a stale pointer in the client: reported.
+ */
+struct nvsim_obj {
+	struct list_head free_node;	/* in its pool while free */
+	struct hlist_node hash;		/* in nvsim_objs, by key, until unload */
+	unsigned long key;		/* the address clients see */
+	u64 gen;			/* under nvsim_pool_lock */
+};
+
+struct nvsim_table {
+	struct nvsim_obj obj;		/* first: kfree() of the object */
+	struct nvidia_p2p_page_table pt;
+};
+
 struct nvsim_pin {
 	struct list_head node;		/* in alloc->pins */
 	struct hlist_node hash;		/* in nvsim_pins, keyed by pt */
@@ -143,6 +168,7 @@ struct nvsim_pin {
 };
 
 struct nvsim_map {
+	struct nvsim_obj obj;		/* first: kfree() of the object */
 	struct list_head node;		/* in pin->maps */
 	struct nvidia_p2p_dma_mapping m;
 };
@@ -163,6 +189,20 @@ static DEFINE_HASHTABLE(nvsim_pins, 12);
  */
 static DEFINE_SPINLOCK(nvsim_map_lock);
 static u32 unmap_delay_us;	/* debugfs unmap_delay_us */
+
+/* Recycled tables and mappings (struct nvsim_obj). */
+static DEFINE_SPINLOCK(nvsim_pool_lock);
+static DEFINE_HASHTABLE(nvsim_objs, 12);
+static LIST_HEAD(nvsim_free_tables);
+static LIST_HEAD(nvsim_free_maps);
+
+/*
+ * One-shot test knobs (debugfs): the next put_pages or dma_map_pages sleeps
+ * this long on entry, before it takes nvsim_lock, so that a free and a new pin
+ * can come in between; calls_delayed counts the calls asleep there.
+ */
+static u32 put_pages_delay_us, dma_map_delay_us;
+static atomic_t calls_delayed = ATOMIC_INIT(0);
 
 /* Fault injection: fail the next `times` calls (or `percent`% of calls). */
 struct nvsim_fault {
@@ -287,6 +327,105 @@ static void nvsim_bar1_put(struct nvsim_alloc *a, u32 first, u32 count)
 			st.bar1_used -= GPU_PAGE_SIZE;
 }
 
+/*
+ * Hands out the most recently freed object of @pool, or @fresh (a new object
+ * of @size, zeroed, whose client-visible part starts @key_off bytes in) when
+ * the pool is empty; NULL without memory.
+ */
+static struct nvsim_obj *nvsim_obj_get(struct list_head *pool, size_t size, size_t key_off)
+{
+	struct nvsim_obj *o;
+
+	spin_lock(&nvsim_pool_lock);
+	o = list_first_entry_or_null(pool, struct nvsim_obj, free_node);
+	if (o)
+		list_del(&o->free_node);
+	spin_unlock(&nvsim_pool_lock);
+	if (!o) {
+		o = kzalloc(size, GFP_KERNEL);
+		if (!o)
+			return NULL;
+		o->key = (unsigned long)o + key_off;
+		spin_lock(&nvsim_pool_lock);
+		hash_add(nvsim_objs, &o->hash, o->key);
+		spin_unlock(&nvsim_pool_lock);
+	}
+	memset((void *)o->key, 0, size - key_off);
+	spin_lock(&nvsim_pool_lock);
+	o->gen++;
+	spin_unlock(&nvsim_pool_lock);
+	return o;
+}
+
+/* Poisons what clients see of @o and puts it first in @pool. */
+static void nvsim_obj_put(struct nvsim_obj *o, struct list_head *pool, size_t size)
+{
+	memset((void *)o->key, NVSIM_POISON, size - (o->key - (unsigned long)o));
+	spin_lock(&nvsim_pool_lock);
+	list_add(&o->free_node, pool);
+	spin_unlock(&nvsim_pool_lock);
+}
+
+/* The generation of what clients know as @key; 0 if nvsim never handed it out. */
+static u64 nvsim_obj_gen(const void *key)
+{
+	struct nvsim_obj *o;
+	u64 gen = 0;
+
+	spin_lock(&nvsim_pool_lock);
+	hash_for_each_possible(nvsim_objs, o, hash, (unsigned long)key) {
+		if (o->key == (unsigned long)key) {
+			gen = o->gen;
+			break;
+		}
+	}
+	spin_unlock(&nvsim_pool_lock);
+	return gen;
+}
+
+/* Whether @key was handed out again since a call read @gen on entry. */
+static bool nvsim_recycled_since(const void *key, u64 gen)
+{
+	return gen && nvsim_obj_gen(key) != gen;
+}
+
+static void nvsim_objs_destroy(void)
+{
+	struct hlist_node *tmp;
+	struct nvsim_obj *o;
+	int bkt;
+
+	hash_for_each_safe(nvsim_objs, bkt, tmp, o, hash) {
+		hash_del(&o->hash);
+		kfree(o);
+	}
+}
+
+/* Sleeps on entry to a call if the test armed @knob (one shot). */
+static void nvsim_entry_delay(u32 *knob)
+{
+	u32 us = xchg(knob, 0);
+
+	if (!us)
+		return;
+	atomic_inc(&calls_delayed);
+	fsleep(us);
+	atomic_dec(&calls_delayed);
+}
+
+static struct nvsim_map *nvsim_map_get(void)
+{
+	struct nvsim_obj *o = nvsim_obj_get(&nvsim_free_maps, sizeof(struct nvsim_map),
+					    offsetof(struct nvsim_map, m));
+
+	return o ? container_of(o, struct nvsim_map, obj) : NULL;
+}
+
+static void nvsim_map_put(struct nvsim_map *map)
+{
+	nvsim_obj_put(&map->obj, &nvsim_free_maps, sizeof(*map));
+}
+
 /* Unmaps and frees a mapping already unlinked from its pin. */
 static void nvsim_unmap_one(struct nvsim_map *map)
 {
@@ -297,26 +436,37 @@ static void nvsim_unmap_one(struct nvsim_map *map)
 				   GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
 	memset(map->m.dma_addresses, NVSIM_POISON, sizeof(u64) * map->m.entries);
 	kfree(map->m.dma_addresses);
-	memset(map, NVSIM_POISON, sizeof(*map));
-	kfree(map);
+	nvsim_map_put(map);
 	atomic64_dec(&st.dma_mappings_live);
+}
+
+static void nvsim_table_put(struct nvidia_p2p_page_table *pt)
+{
+	struct nvsim_table *t = container_of(pt, struct nvsim_table, pt);
+
+	nvsim_obj_put(&t->obj, &nvsim_free_tables, sizeof(*t));
 }
 
 static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u32 first, u32 count)
 {
-	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_page_table *pt = NULL;
 	struct nvidia_p2p_page *pages;
+	struct nvsim_obj *o;
 	u32 i;
 
-	pt = kzalloc_obj(*pt, GFP_KERNEL);
+	o = nvsim_obj_get(&nvsim_free_tables, sizeof(struct nvsim_table),
+			  offsetof(struct nvsim_table, pt));
 	pages = kcalloc(count, sizeof(*pages), GFP_KERNEL);
-	if (pt)
+	if (o) {
+		pt = &container_of(o, struct nvsim_table, obj)->pt;
 		pt->pages = kcalloc(count, sizeof(*pt->pages), GFP_KERNEL);
+	}
 	if (!pt || !pages || !pt->pages) {
-		if (pt)
-			kfree(pt->pages);
-		kfree(pt);
 		kfree(pages);
+		if (pt) {
+			kfree(pt->pages);
+			nvsim_table_put(pt);
+		}
 		return NULL;
 	}
 	pt->version = page_table_version;
@@ -339,8 +489,7 @@ static void nvsim_table_free(struct nvidia_p2p_page_table *pt)
 	kfree(pages);
 	memset(pt->pages, NVSIM_POISON, sizeof(*pt->pages) * n);
 	kfree(pt->pages);
-	memset(pt, NVSIM_POISON, sizeof(*pt));
-	kfree(pt);
+	nvsim_table_put(pt);
 }
 
 /* Releases a pin: its DMA mappings, its BAR1 mapping, its table. */
@@ -611,18 +760,39 @@ static void nvsim_pin_put(struct nvsim_pin *pin)
 		nvsim_alloc_destroy(a);	/* freed earlier, held only by this pin */
 }
 
+static u64 nvsim_pin_va(struct nvsim_pin *pin)
+{
+	return pin->alloc->va + ((u64)pin->first << GPU_PAGE_SHIFT);
+}
+
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
+	u64 gen = nvsim_obj_gen(page_table);
 	struct nvsim_pin *pin;
 
+	nvsim_entry_delay(&put_pages_delay_us);
 	mutex_lock(&nvsim_lock);
 	pin = nvsim_pin_by_table(page_table);
 	/*
-	 * A table that was freed after its callback is only a key here: 0.
-	 * From another process the lookup finds nothing: 0, nothing released.
+	 * A table that was freed after its callback is only a key here: 0. The
+	 * driver looks the key up with the caller's process and address, so a
+	 * recycled table of another process or address is not found either. One
+	 * that now belongs to a newer pin of the caller at the same address is:
+	 * that pin is released, as the driver would release it.
 	 */
+	if (pin && nvsim_recycled_since(page_table, gen)) {
+		if (pin->persistent || pin->tgid != current->tgid ||
+		    nvsim_pin_va(pin) != virtual_address) {
+			pin = NULL;
+		} else {
+			pr_err("stale put_pages(%#llx): its table was freed by the free callback and handed to a newer pin at that address while the call waited; that pin is released\n",
+			       virtual_address);
+			atomic64_inc(&st.client_errors);
+		}
+	}
 	if (pin && !pin->persistent) {
+		/* From another process the lookup finds nothing: 0, nothing released. */
 		if (pin->tgid != current->tgid || (current->flags & PF_KTHREAD))
 			st.put_pages_wrong_process++;
 		else
@@ -676,6 +846,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 			     struct nvidia_p2p_page_table *page_table,
 			     struct nvidia_p2p_dma_mapping **dma_mapping)
 {
+	u64 gen = nvsim_obj_gen(page_table);
 	struct nvsim_pin *pin;
 	struct nvsim_map *map;
 	u32 i;
@@ -684,6 +855,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
 
+	nvsim_entry_delay(&dma_map_delay_us);
 	mutex_lock(&nvsim_lock);
 	st.dma_map_calls++;
 	ret = nvsim_fault_hit(&fault_dma_map);
@@ -693,13 +865,17 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	pin = nvsim_pin_by_table(page_table);
 	if (!pin)
 		goto out;
+	if (nvsim_recycled_since(page_table, gen)) {
+		pr_err("stale dma_map_pages: its table was freed by the free callback and handed to a newer pin while the call waited; that pin's memory is mapped\n");
+		atomic64_inc(&st.client_errors);
+	}
 	ret = -ENOMEM;
-	map = kzalloc_obj(*map, GFP_KERNEL);
+	map = nvsim_map_get();
 	if (!map)
 		goto out;
 	map->m.dma_addresses = kcalloc(pin->count, sizeof(u64), GFP_KERNEL);
 	if (!map->m.dma_addresses) {
-		kfree(map);
+		nvsim_map_put(map);
 		goto out;
 	}
 	map->m.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
@@ -737,6 +913,7 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 			       struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
+	u64 table_gen = nvsim_obj_gen(page_table), map_gen = nvsim_obj_gen(dma_mapping);
 	struct nvsim_map *map, *found = NULL;
 	struct nvsim_pin *pin;
 
@@ -763,6 +940,11 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 		/* A table whose callback returned is freed memory in the real driver. */
 		atomic64_inc(&st.client_errors);
 		return -EINVAL;
+	}
+	if (nvsim_recycled_since(page_table, table_gen) ||
+	    nvsim_recycled_since(dma_mapping, map_gen)) {
+		pr_err("stale dma_unmap_pages: its table or mapping was freed by the free callback and handed out again while the call waited; that mapping is unmapped\n");
+		atomic64_inc(&st.client_errors);
 	}
 	nvsim_unmap_one(found);
 	return 0;
@@ -1054,6 +1236,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "faults_injected %llu\n", st.faults_injected);
 	seq_printf(m, "put_pages_wrong_process %llu\n", st.put_pages_wrong_process);
 	seq_printf(m, "client_errors %lld\n", atomic64_read(&st.client_errors));
+	seq_printf(m, "calls_delayed %d\n", atomic_read(&calls_delayed));
 	seq_printf(m, "freed_page_writes %llu\n", st.freed_page_writes);
 	seq_printf(m, "free_page_table_calls %lld\n", atomic64_read(&st.free_page_table_calls));
 	seq_printf(m, "free_dma_mapping_calls %lld\n", atomic64_read(&st.free_dma_mapping_calls));
@@ -1235,6 +1418,8 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("free", 0200, nvsim_debugfs, NULL, &nvsim_free_fops);
 	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);
 	debugfs_create_u32("unmap_delay_us", 0600, nvsim_debugfs, &unmap_delay_us);
+	debugfs_create_u32("put_pages_delay_us", 0600, nvsim_debugfs, &put_pages_delay_us);
+	debugfs_create_u32("dma_map_delay_us", 0600, nvsim_debugfs, &dma_map_delay_us);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);
 	debugfs_create_file_unsafe("bar1_size", 0600, nvsim_debugfs, NULL, &nvsim_bar1_size_fops);
 }
@@ -1371,6 +1556,7 @@ static void __exit nvsim_exit(void)
 	mutex_unlock(&nvsim_lock);
 	destroy_workqueue(nvsim_wq);
 	pci_unregister_driver(&nvsim_driver);
+	nvsim_objs_destroy();
 }
 
 module_init(nvsim_init);

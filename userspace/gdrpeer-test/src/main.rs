@@ -743,6 +743,93 @@ fn callback_waits_for_an_unmap() -> TestResult {
     Ok(())
 }
 
+/// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
+/// (`put_pages_delay_us`, `dma_map_delay_us`).
+fn delayed_call_asleep() -> TestResult {
+    eventually(10, "an nv-p2p call asleep on entry", || {
+        Ok(stat("calls_delayed")? == 1)
+    })
+}
+
+/// Frees `id` while a call of `file` sleeps in nvsim on its way to NVIDIA's lock, allocates
+/// the same address again and pins it through `other`, a second file of this process; then
+/// lets the call finish. nvsim hands out the most recently freed table first, as a slab
+/// does: unless gdrpeer keeps its pins away from the freed table until the late call has
+/// returned, the new pin gets that very table and the late call names it (nvsim reports
+/// it). Returns the call's result and the new pin's handle.
+fn race_free_and_repin<T: Send>(
+    gpu: &Gpu,
+    (id, va, len): (u64, u64, u64),
+    other: &gdrpeer::Device,
+    call: impl FnOnce() -> Result<T, gdrpeer::Error> + Send,
+) -> Result<(Result<T, gdrpeer::Error>, u64), String> {
+    std::thread::scope(|s| {
+        let late = s.spawn(call);
+        delayed_call_asleep()?;
+        debugfs("free", &id.to_string())?;
+        let (again, _) = gpu.alloc(len).map_err(errno)?;
+        check_eq!(again, va, "address of the reallocated memory");
+        let newer = ok(
+            other.pin(va, len, PinFlags::empty()),
+            "pin of the new memory",
+        )?;
+        let r = late
+            .join()
+            .map_err(|_| "the late call panicked".to_string())?;
+        Ok((r, newer.handle))
+    })
+}
+
+/// The newer pin of [`race_free_and_repin`] survived the late call untouched.
+fn newer_pin_intact(d: &gdrpeer::Device, handle: u64, pages: usize) -> TestResult {
+    check_eq!(stat("client_errors")?, 0, "stale nv-p2p calls");
+    check_eq!(stat("pins_live")?, 1, "pins: the newer one");
+    check_eq!(stat("dma_mappings_live")?, 0, "DMA mappings");
+    let pa = ok(d.get_pages(handle), "pages of the newer pin")?;
+    check_eq!(pa.len(), pages, "pages of the newer pin");
+    ok(d.unpin(handle), "unpin of the newer pin")
+}
+
+/// An unpin whose put_pages loses the race to the free callback must not release a newer
+/// pin of the same memory: the table's address may be recycled at once (a kernel without
+/// KASAN's quarantine does that). nvsim's `put_pages_delay_us` holds the put_pages open.
+fn stale_put_pages_spares_a_newer_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
+    let (d, other) = (dev()?, dev()?);
+    // A private region is given back at unpin, so the unpin calls put_pages.
+    let p = ok(d.pin(va, K64, PinFlags::NOCACHE), "pin")?;
+    debugfs("put_pages_delay_us", "500000")?;
+    let raced = race_free_and_repin(&gpu, (id, va, K64), &other, || d.unpin(p.handle));
+    debugfs("put_pages_delay_us", "0")?;
+    let (unpinned, newer) = raced?;
+    ok(unpinned, "unpin racing the free")?;
+    newer_pin_intact(&other, newer, 1)
+}
+
+/// A DMA_MAP whose dma_map_pages loses the race to the free callback fails with ENXIO and
+/// must not map a newer pin's table. nvsim's `dma_map_delay_us` holds the call open.
+fn stale_dma_map_spares_a_newer_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let (d, other) = (dev()?, dev()?);
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let peer = edu()?;
+    debugfs("dma_map_delay_us", "500000")?;
+    let raced = race_free_and_repin(&gpu, (id, va, 2 * K64), &other, || {
+        d.dma_map(p.handle, peer)
+    });
+    debugfs("dma_map_delay_us", "0")?;
+    let (mapped, newer) = raced?;
+    check_eq!(
+        fails(mapped, "dma_map racing the free")?,
+        Errno::NXIO,
+        "dma_map racing the free"
+    );
+    newer_pin_intact(&other, newer, 2)?;
+    ok(d.unpin(p.handle), "unpin of the revoked pin")
+}
+
 /// The user-space registration cache over (simulated) libcuda: the first use pins the
 /// whole allocation with SYNC_MEMOPS set, later uses are hits that cost one BUFFER_ID query
 /// and no nv-p2p call, a free and a reallocation at the same address is seen by the tag and
@@ -922,6 +1009,14 @@ const TESTS: &[Test] = &[
     (
         "gdrpeer-callback-waits-for-an-unmap",
         callback_waits_for_an_unmap,
+    ),
+    (
+        "gdrpeer-stale-put-pages-spares-a-newer-pin",
+        stale_put_pages_spares_a_newer_pin,
+    ),
+    (
+        "gdrpeer-stale-dma-map-spares-a-newer-pin",
+        stale_dma_map_spares_a_newer_pin,
     ),
     ("gdrpeer-fork-child-gets-eacces", fork_child_gets_eacces),
     ("gdrpeer-fork-child-closes-last", fork_child_closes_last),
