@@ -52,12 +52,18 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(if $(LLVM),LLVM=$(LLVM)) \
 	$(if $(NV_SYMVERS),KBUILD_EXTRA_SYMBOLS="$(abspath $(NV_SYMVERS))", \
 		$(if $(NVIDIA_SRC),KBUILD_MODPOST_WARN=1))
 
-.PHONY: all modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz bench
+.PHONY: all kdir-check modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz bench
 
 all: modules
 
-modules:
+modules: kdir-check
 	$(KMAKE) modules
+
+# Rust modules need the kernel's Rust metadata in KDIR, which the header
+# packages of distribution kernels lack: scripts/prepare-kdir --check says so
+# and what to do (Documentation/building.rst).
+kdir-check:
+	@$(CURDIR)/scripts/prepare-kdir --check $(KDIR) >/dev/null
 
 # Installation (Documentation/building.rst). DESTDIR stages everything under
 # another root; INSTALL_MOD_PATH, for the module, defaults to it.
@@ -102,7 +108,7 @@ ifneq ($(LLVM),)
 MAKEOVERRIDES := $(filter-out CC=% LD=%,$(MAKEOVERRIDES))
 endif
 
-clippy:
+clippy: kdir-check
 	$(KMAKE) CLIPPY=1 KRUSTFLAGS=-Dwarnings modules
 
 rust-analyzer:

@@ -70,24 +70,36 @@ module! {
     },
 }
 
+/// Reads a module parameter. The kernel crate's `value()` returns a reference up to 7.2 and
+/// the value from 7.3 on (`param_value_owned`, set by src/Kbuild).
+macro_rules! param {
+    ($name:ident) => {{
+        #[cfg(param_value_owned)]
+        let value = module_parameters::$name.value();
+        #[cfg(not(param_value_owned))]
+        let value = *module_parameters::$name.value();
+        value
+    }};
+}
+
 fn param_max_pin_bytes() -> u64 {
-    *module_parameters::max_pin_bytes.value()
+    param!(max_pin_bytes)
 }
 
 fn param_cache_max_bytes() -> u64 {
-    *module_parameters::cache_max_bytes.value()
+    param!(cache_max_bytes)
 }
 
 fn param_cache_max_regions() -> u64 {
-    *module_parameters::cache_max_regions.value()
+    param!(cache_max_regions)
 }
 
 fn param_global_max_bytes() -> u64 {
-    *module_parameters::global_max_bytes.value()
+    param!(global_max_bytes)
 }
 
 fn param_invalidate_warn_ms() -> u64 {
-    *module_parameters::invalidate_warn_ms.value()
+    param!(invalidate_warn_ms)
 }
 
 /// The module's data. Fields drop in order: the device goes first (no new files), the

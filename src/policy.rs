@@ -59,7 +59,7 @@ pub(crate) fn overlaps(a: &GpuRange, b: &GpuRange) -> bool {
 
 /// Whether `outer` holds all of `inner`: a cache hit.
 pub(crate) fn contains(outer: &GpuRange, inner: &GpuRange) -> bool {
-    outer.start() <= inner.start() && inner.end() <= outer.end()
+    outer.contains(inner)
 }
 
 /// The first page of `window` within `region`, which contains it.

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # The test suites that more than one plan runs (check.sh on the test kernel,
-# nosan.sh on the sanitizer-free one). Sourced by plans.
+# stock.sh on the stock Debian kernels). Sourced by plans.
 
 M=$GDRPEER/modules
 

@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: GPL-2.0
+# The demo's steps (`make demo`, and the stock kernels' plan): the main job end
+# to end, told step by step. Sourced by plans.
+
+M=$GDRPEER/modules
+
+demo_chain() {
+	echo "# nvsim.ko stands in for nvidia.ko: it binds the ivshmem device (GPU BAR1)"
+	load $M/nvsim.ko || fail "nvsim"
+	dmesg | grep 'nvsim' | tail -n 2
+	echo "# gdrpeer.ko, linked against nvsim's symbol versions"
+	load $M/gdrpeer.ko || fail "gdrpeer"
+	dmesg | grep 'gdrpeer:' | tail -n 1
+	ls -l /dev/gdrpeer
+	echo "# user space asks the module for its versions"
+	gdrpeer info || fail "gdrpeer info"
+	echo "# unload in reverse order"
+	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	cat /proc/modules
+}
+
+demo_pin_cache_revoke() {
+	echo "# nvsim, then gdrpeer; the edu device is the DMA peer"
+	load $M/nvsim.ko || fail "nvsim"
+	load $M/gdrpeer.ko || fail "gdrpeer"
+	gdrpeer-test --demo || fail "demo"
+	echo "# gdrpeer's global counters (debugfs gdrpeer/stats)"
+	cat /sys/kernel/debug/gdrpeer/stats
+	echo "# and through the STATS ioctl"
+	gdrpeer stats || fail "gdrpeer stats"
+	echo "# the user-space registration cache over (simulated) libcuda: gdrpeer demo"
+	gdrpeer demo || fail "gdrpeer demo"
+	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}
+
+demo_nic_round_trip() {
+	echo "# the chain: nvsim (nvidia.ko), gdrpeer, and the sample NIC driver gdrnic,"
+	echo "# each linked against the symbol versions of the one before"
+	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load"
+	dmesg | grep 'gdrnic' | tail -n 1
+	gdrpeer-test --demo-nic || fail "demo"
+	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}

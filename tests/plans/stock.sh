@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: GPL-2.0
+# The plan `make check` runs on each stock Debian kernel (tests/vm/stock): its
+# own vmlinuz, gdrpeer.ko as `dkms install` built and signed it, nvsim,
+# p2pclient and gdrnic built against the same headers. Its one argument, the
+# kernel's name (deb-7.2), is appended to every test's name.
+#
+# These kernels have no sanitizers: a freed object is handed out again at once,
+# as on every machine users run, so a stale pointer meets a live object instead
+# of one that KASAN's quarantine holds back. The suites and the short stress and
+# fuzzing runs here are the sanitizer-free ones. KUnit, MODVERSIONS and lockdep
+# are not built into them: those cases run on the test kernel, and are reported
+# skipped here, with the reason.
+# Sourced by the guest's /init after lib.sh; tests/vm/check runs it.
+
+. $GDRPEER/plans/lib-demo.sh
+. $GDRPEER/plans/lib-suites.sh
+. $GDRPEER/plans/lib-load.sh
+
+KERNEL_NAME=$(head -n1 $GDRPEER/plan.args)
+S=-${KERNEL_NAME:-stock}
+
+# skip_absent NAME WHAT PATH: NAME skipped because the kernel lacks WHAT (PATH
+# is how it would show); a failure if the kernel has it after all, so that the
+# cases are moved here instead of being skipped for nothing.
+skip_absent() {
+	if [ -e "$3" ]; then
+		echo "@@ RESULT FAIL $1$S this kernel has $2 ($3): run those cases here"
+	else
+		echo "@@ RESULT SKIP $1$S the kernel is built without $2; those cases run on the test kernel"
+	fi
+}
+
+run_plan() {
+	echo "kernel: $(uname -r) ($(uname -v))"
+	t demo-load-version-unload$S demo_chain
+	t demo-pin-cache-revoke$S demo_pin_cache_revoke
+	t demo-nic-round-trip$S demo_nic_round_trip
+	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
+	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
+		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
+	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
+	t stress-short$S stress_run 50000 3 3 1
+	t fuzz-short$S fuzz_run 50000 4 1
+	skip_absent kunit "KUnit (CONFIG_KUNIT)" /sys/kernel/debug/kunit
+	skip_absent lockdep "lockdep (CONFIG_PROVE_LOCKING)" /proc/lockdep
+	# tests/vm/stock checked that DKMS's gdrpeer.ko has no modversions in its vermagic.
+	echo "@@ RESULT SKIP modversions$S the kernel is built without CONFIG_MODVERSIONS; those cases run on the test kernel"
+}
