@@ -1,147 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The lazy-unpin registration cache: one [`Context`] per open file of `/dev/gdrpeer` (or
-//! per kernel-API context), never shared between processes.
+//! The pin engine: the lazy-unpin registration cache that every front-end uses. One
+//! [`Context`] per open file of `/dev/gdrpeer` or per kernel-API context, never shared between
+//! processes; its [`Region`]s are pins of GPU memory, its handles windows of them.
 //!
-//! Locks are taken in this order (Documentation/design.rst explains why):
-//!
-//! 1. [`Context::inner`] (mutex): the cache of one context. Held across nv-p2p calls.
-//! 2. The table gate's admission ([`crate::gate`]): held across the get_pages, put_pages
-//!    or dma_map_pages it admits and nothing else; the free callback never waits for it.
-//! 3. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
-//!    under it.
-//! 4. `Pinned::state` (spinlock, in [`crate::nv_p2p`]): one pin's phase and readers. Never
-//!    held across a call out of gdrpeer, never held while sleeping.
-//!
-//! The free callback takes only lock 4: the rest of its work (taking the region out of the
-//! tree and out of the accounting) is queued to [`Region::run`], which takes 1 then 3 outside
-//! NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
+//! The engine knows no front-end: what it needs from one (hearing that NVIDIA freed a region)
+//! is the [`Notifier`] trait. The locks it takes are in the crate's lock order (the crate
+//! root's documentation): [`Context::inner`] is lock 1, `Region::notifiers` lock 4.
 
 use kernel::{
-    fmt, new_mutex, new_spinlock,
+    fmt, new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{
-        aref::ARef,
-        atomic::{Atomic, Relaxed},
-        Arc, LockedBy, Mutex, SpinLock,
-    },
+    sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, Mutex, SpinLock},
     task::Task,
-    time::{delay::fsleep, Delta},
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
-    gate::Gate,
-    kapi::Invalidate,
+    env::Env,
     nv_p2p::{PinKind, PinOwner, Pinned, Unpinned},
+    params,
     policy::{self, Limits, Usage},
     range::GpuRange,
-    sys::OwnedQueue,
+    stats::{Stats, GLOBAL},
 };
 
-/// What contexts need from the loaded module. It lives in the module's own data: every
-/// context and region holds a module reference (an open file, or a pin NVIDIA can still call
-/// back), so it outlives them.
-#[pin_data]
-pub(crate) struct Env {
-    /// Where the free callback queues the rest of its work.
-    pub(crate) queue: OwnedQueue,
-    /// This module, for the references pins take.
-    pub(crate) module: &'static ThisModule,
-    /// The table gate every pin goes through.
-    #[pin]
-    pub(crate) gate: Gate,
-}
-
-impl Env {
-    pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        try_pin_init!(Env {
-            queue: OwnedQueue::new(c"gdrpeer")?,
-            module,
-            gate <- Gate::new(),
-        })
-    }
-}
-
-/// Counters over all contexts, for debugfs and the STATS ioctl.
-pub(crate) struct GlobalStats {
-    pub(crate) contexts: Atomic<u64>,
-    pub(crate) pinned_bytes: Atomic<u64>,
-    pub(crate) regions: Atomic<u64>,
-    pub(crate) hits: Atomic<u64>,
-    pub(crate) misses: Atomic<u64>,
-    pub(crate) evictions_limit: Atomic<u64>,
-    pub(crate) evictions_enomem: Atomic<u64>,
-    pub(crate) callbacks: Atomic<u64>,
-    /// Regions released by a close in another process, waiting for NVIDIA's callback.
-    pub(crate) deferred_live: Atomic<u64>,
-}
-
-pub(crate) static GLOBAL: GlobalStats = GlobalStats {
-    contexts: Atomic::new(0),
-    pinned_bytes: Atomic::new(0),
-    regions: Atomic::new(0),
-    hits: Atomic::new(0),
-    misses: Atomic::new(0),
-    evictions_limit: Atomic::new(0),
-    evictions_enomem: Atomic::new(0),
-    callbacks: Atomic::new(0),
-    deferred_live: Atomic::new(0),
-};
-
-impl GlobalStats {
-    /// The counters now, in the shape of a context's (`handles` and `merges` are not kept
-    /// globally; `deferred` counts the releases still waiting).
-    pub(crate) fn snapshot(&self) -> Stats {
-        Stats {
-            hits: self.hits.load(Relaxed),
-            misses: self.misses.load(Relaxed),
-            merges: 0,
-            evictions_limit: self.evictions_limit.load(Relaxed),
-            evictions_enomem: self.evictions_enomem.load(Relaxed),
-            callbacks: self.callbacks.load(Relaxed),
-            deferred: self.deferred_live.load(Relaxed),
-            pinned_bytes: self.pinned_bytes.load(Relaxed),
-            regions: self.regions.load(Relaxed),
-            handles: 0,
-        }
-    }
-
-    /// Formats the counters (debugfs `gdrpeer/stats`).
-    pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "contexts {}", self.contexts.load(Relaxed))?;
-        self.snapshot().show(f)
-    }
-}
-
-/// Counters of one context.
-#[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct Stats {
-    pub(crate) hits: u64,
-    pub(crate) misses: u64,
-    pub(crate) merges: u64,
-    pub(crate) evictions_limit: u64,
-    pub(crate) evictions_enomem: u64,
-    pub(crate) callbacks: u64,
-    pub(crate) deferred: u64,
-    pub(crate) pinned_bytes: u64,
-    pub(crate) regions: u64,
-    pub(crate) handles: u64,
-}
-
-impl Stats {
-    /// Formats the counters that contexts and the global view share, `name value` per line.
-    fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "pinned_bytes {}", self.pinned_bytes)?;
-        writeln!(f, "regions {}", self.regions)?;
-        writeln!(f, "hits {}", self.hits)?;
-        writeln!(f, "misses {}", self.misses)?;
-        writeln!(f, "evictions_limit {}", self.evictions_limit)?;
-        writeln!(f, "evictions_enomem {}", self.evictions_enomem)?;
-        writeln!(f, "callbacks {}", self.callbacks)?;
-        writeln!(f, "deferred_releases {}", self.deferred)
-    }
+/// What a front-end registers on a region to hear that NVIDIA freed it (the kernel API's
+/// invalidate callbacks). Called once, from NVIDIA's free callback: under NVIDIA's lock, in
+/// atomic context as far as the front-end knows, so it must not sleep on anything that waits
+/// for the engine.
+pub(crate) trait Notifier: Send + Sync {
+    /// The region's memory is being freed: stop using its addresses before returning.
+    fn notify(&self);
 }
 
 /// A user's pin: a window of a region (the request rounded to 64 KiB pages).
@@ -189,9 +80,9 @@ struct Book {
     deferred: bool,
 }
 
-/// Peer drivers' invalidate callbacks on a region (the kernel API's registrations).
+/// Front-ends' notifiers on a region (the kernel API's registrations).
 struct Notifiers {
-    list: RBTree<u64, Invalidate>,
+    list: RBTree<u64, KBox<dyn Notifier>>,
     next_id: u64,
     /// The free callback has taken `list` and is calling it.
     running: bool,
@@ -202,9 +93,12 @@ struct Notifiers {
 pub(crate) struct Region {
     ctx: Arc<Context>,
     book: LockedBy<Book, Inner>,
-    /// Lock 4 of the order at the top of this file, like `Pinned::state`; never held with it.
+    /// Lock 4 of the crate's order, like `Pinned::state`; never held with it.
     #[pin]
     notifiers: SpinLock<Notifiers>,
+    /// Signalled when the free callback has called the notifiers (`Notifiers::running`).
+    #[pin]
+    notified: CondVar,
     #[pin]
     work: Work<Region>,
     #[pin]
@@ -235,10 +129,11 @@ impl PinOwner for Region {
             core::mem::take(&mut n.list)
         };
         for (_, notifier) in list.iter() {
-            notifier.call();
+            notifier.notify();
         }
         drop(list);
         self.notifiers.lock().running = false;
+        self.notified.notify_all();
     }
 }
 
@@ -334,7 +229,6 @@ impl Context {
         range: GpuRange,
         kind: PinKind,
         sharing: Sharing,
-        limits: &Limits,
     ) -> Result<PinInfo> {
         let mut inner = self.inner.lock();
         if inner.closed {
@@ -383,7 +277,7 @@ impl Context {
         }
         inner.next_handle += 1;
         inner.stats.handles += 1;
-        inner.trim(limits);
+        inner.trim(&params::limits());
         Ok(PinInfo {
             handle,
             window: range,
@@ -455,12 +349,12 @@ impl Context {
 
     /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin); a
     /// private region ([`Sharing::Private`]) is given back at once.
-    pub(crate) fn unpin(&self, handle: u64, limits: &Limits) -> Result {
+    pub(crate) fn unpin(&self, handle: u64) -> Result {
         let mut inner = self.inner.lock();
         let h = inner.handles.remove(&handle).ok_or(EINVAL)?;
         inner.stats.handles -= 1;
         self.drop_ref(&mut inner, &h.region);
-        inner.trim(limits);
+        inner.trim(&params::limits());
         Ok(())
     }
 
@@ -605,6 +499,7 @@ impl Region {
                     },
                     "Region::notifiers"
                 ),
+                notified <- new_condvar!("Region::notified"),
                 work <- new_work!("Region::work"),
                 pinned <- Pinned::new(range, kind, &ctx.env.gate),
             }),
@@ -617,9 +512,9 @@ impl Region {
         &self.pinned
     }
 
-    /// Registers a peer driver's invalidate callback: called once if NVIDIA frees the region.
-    /// Fails with -ENXIO if it is freed already.
-    pub(crate) fn add_notifier(&self, notifier: Invalidate) -> Result<u64> {
+    /// Registers a front-end's notifier: called once if NVIDIA frees the region. Fails with
+    /// -ENXIO if it is freed already.
+    pub(crate) fn add_notifier(&self, notifier: KBox<dyn Notifier>) -> Result<u64> {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = {
             let mut n = self.notifiers.lock();
@@ -637,16 +532,26 @@ impl Region {
         Ok(id)
     }
 
-    /// Unregisters a callback. If the free callback is calling it, waits until it returned.
+    /// Unregisters a notifier. If the free callback is calling it, waits until it returned.
     pub(crate) fn remove_notifier(&self, id: u64) {
-        loop {
-            let mut n = self.notifiers.lock();
-            if n.list.remove(&id).is_some() || !n.running {
-                return;
-            }
-            drop(n);
-            fsleep(Delta::from_micros(100));
+        let mut n = self.notifiers.lock();
+        while n.list.remove(&id).is_none() && n.running {
+            self.notified.wait(&mut n);
         }
+    }
+
+    /// The addresses of `window`'s pages, which lie in this region: their bus addresses, or
+    /// `peer`'s DMA addresses once the region is mapped for it. Both front-ends give these
+    /// to their callers.
+    pub(crate) fn window_addresses(
+        &self,
+        window: &GpuRange,
+        peer: Option<&pci::Device>,
+    ) -> Result<KVVec<u64>> {
+        let mut addrs = KVVec::with_capacity(window.page_count() as usize, GFP_KERNEL)?;
+        let first = window.first_page_in(self.pinned.range());
+        self.pinned.copy_addresses(peer, first, &mut addrs)?;
+        Ok(addrs)
     }
 }
 
@@ -667,7 +572,11 @@ impl Inner {
             self.forget(&candidate);
             return None;
         }
-        policy::contains(candidate.pinned.range(), range).then_some(candidate)
+        candidate
+            .pinned
+            .range()
+            .contains(range)
+            .then_some(candidate)
     }
 
     /// The live regions of `kind` that overlap `range`; revoked ones are taken out.
@@ -692,7 +601,7 @@ impl Inner {
             if r.start() >= range.end() {
                 break;
             }
-            if policy::overlaps(r, range) {
+            if r.overlaps(range) {
                 if region.pinned.is_revoked() {
                     revoked.push(region.clone(), GFP_KERNEL)?;
                 } else {

@@ -24,17 +24,34 @@ use kernel::{
 };
 
 use crate::{
-    cache::{self, Context, GLOBAL},
+    cache::{Context, Sharing},
+    env::Env,
     nv_p2p::{self, PinKind},
-    policy,
+    params,
     range::{GpuRange, GPU_PAGE_SIZE},
+    stats::{Stats, GLOBAL},
     sys::{self, ModuleRef},
-    uapi, GdrpeerModule,
+    uapi,
 };
 
-/// Registers `/dev/gdrpeer`.
-pub(crate) fn register() -> impl PinInit<MiscDeviceRegistration<GdrpeerFile>, Error> {
-    MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrpeer" })
+/// The device: `/dev/gdrpeer` and the debugfs directory of its open files.
+#[pin_data]
+pub(crate) struct Chardev {
+    #[pin]
+    misc: MiscDeviceRegistration<GdrpeerFile>,
+    /// `gdrpeer/files`: one directory per open file.
+    files_dir: debugfs::Dir,
+}
+
+impl Chardev {
+    /// Registers `/dev/gdrpeer`; the per-file debugfs directories go under `debugfs`.
+    pub(crate) fn new(debugfs: &debugfs::Dir) -> impl PinInit<Self, Error> {
+        let files_dir = debugfs.subdir(c"files");
+        try_pin_init!(Chardev {
+            files_dir,
+            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrpeer" }),
+        })
+    }
 }
 
 /// Numbers the per-file debugfs directories.
@@ -68,7 +85,7 @@ impl WorkItem for FileModuleRef {
 
 /// The state of one open file of `/dev/gdrpeer`.
 pub(crate) struct GdrpeerFile {
-    module: &'static GdrpeerModule,
+    env: &'static Env,
     module_ref: Option<Pin<KBox<FileModuleRef>>>,
     ctx: Arc<Context>,
     /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs; removed before the context closes.
@@ -77,9 +94,10 @@ pub(crate) struct GdrpeerFile {
 }
 
 impl GdrpeerFile {
-    fn new(module: &'static GdrpeerModule) -> Result<Self> {
+    fn new(chardev: &Chardev) -> Result<Self> {
+        let env = Env::get()?;
         // Fails once the module is going away.
-        let module_ref = ModuleRef::get(module.env.module).map_err(|_| ENODEV)?;
+        let module_ref = ModuleRef::get(env.module).map_err(|_| ENODEV)?;
         let module_ref = KBox::pin_init(
             pin_init!(FileModuleRef {
                 work <- new_work!("FileModuleRef::work"),
@@ -87,23 +105,23 @@ impl GdrpeerFile {
             }),
             GFP_KERNEL,
         )?;
-        let ctx = Context::new(&module.env)?;
+        let ctx = Context::new(env)?;
         let mut me = GdrpeerFile {
-            module,
+            env,
             module_ref: Some(module_ref),
             ctx,
             _debugfs: None,
             _files: KVec::new(),
         };
         // debugfs is a debugging aid: a file without it still works.
-        let _ = me.add_debugfs(module);
+        let _ = me.add_debugfs(&chardev.files_dir);
         Ok(me)
     }
 
-    fn add_debugfs(&mut self, module: &'static GdrpeerModule) -> Result {
+    fn add_debugfs(&mut self, files_dir: &debugfs::Dir) -> Result {
         let id = NEXT_FILE_ID.fetch_add(1, Relaxed);
         let name = CString::try_from_fmt(fmt!("{}-{}", self.ctx.owner_tgid(), id))?;
-        let dir = KBox::new(module.files_dir.subdir(&name), GFP_KERNEL)?;
+        let dir = KBox::new(files_dir.subdir(&name), GFP_KERNEL)?;
         let stats = dir.read_callback_file(c"stats", self.ctx.clone(), &|c: &Arc<Context>, f| {
             c.show_stats(f)
         });
@@ -126,16 +144,15 @@ impl MiscDevice for GdrpeerFile {
 
     fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
         let misc: *const MiscDeviceRegistration<Self> = misc;
-        // SAFETY: the only registration of `GdrpeerFile` is the `chardev` field of the module's
-        // data, which lives (pinned) until the module is unloaded; an open file holds a module
-        // reference, so the `'static` borrow does not outlive it.
-        let module = unsafe { &*kernel::container_of!(misc, GdrpeerModule, chardev) };
-        Ok(KBox::new(GdrpeerFile::new(module)?, GFP_KERNEL)?)
+        // SAFETY: the only registration of `GdrpeerFile` is the `misc` field of a `Chardev`
+        // (`Chardev::new`), which stays pinned in the module's data while it is registered.
+        let chardev = unsafe { &*kernel::container_of!(misc, Chardev, misc) };
+        Ok(KBox::new(GdrpeerFile::new(chardev)?, GFP_KERNEL)?)
     }
 
     fn release(mut me: KBox<Self>, _file: &File) {
         let ctx = me.ctx.clone();
-        let queue = me.module.env.queue.queue();
+        let queue = me.env.queue.queue();
         let module_ref = me.module_ref.take();
         // The debugfs files go first: they hold the context too.
         drop(me);
@@ -180,15 +197,6 @@ impl MiscDevice for GdrpeerFile {
     }
 }
 
-/// The cache limits from the module parameters.
-pub(crate) fn limits() -> policy::Limits {
-    policy::Limits {
-        ctx_bytes: crate::param_cache_max_bytes(),
-        ctx_regions: crate::param_cache_max_regions(),
-        global_bytes: crate::param_global_max_bytes(),
-    }
-}
-
 /// Reads an argument struct and checks its size field (the first `u32` of every one).
 fn read_arg<T: kernel::transmute::FromBytes>(
     reader: &mut UserSliceReader,
@@ -211,11 +219,6 @@ fn get_version(user: UserSlice) -> Result<isize> {
     Ok(0)
 }
 
-fn page_count(range: &GpuRange) -> u32 {
-    // max_pin_bytes keeps this far below u32::MAX pages.
-    (range.len() / GPU_PAGE_SIZE) as u32
-}
-
 fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
     let (mut reader, mut writer) = user.reader_writer();
     let mut p: uapi::Pin = read_arg(&mut reader, |p: &uapi::Pin| p.size)?;
@@ -231,21 +234,20 @@ fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
         PinKind::Callback
     };
     let sharing = if p.flags & uapi::PIN_NOCACHE != 0 {
-        cache::Sharing::Private
+        Sharing::Private
     } else {
-        cache::Sharing::Cached
+        Sharing::Cached
     };
-    let range = GpuRange::new(p.va, p.len, crate::param_max_pin_bytes())?;
-    let limits = limits();
-    let info = ctx.pin(range, kind, sharing, &limits)?;
+    let range = GpuRange::new(p.va, p.len, params::max_pin_bytes())?;
+    let info = ctx.pin(range, kind, sharing)?;
     p.handle = info.handle;
     p.aligned_va = info.window.start();
     p.offset = info.window.offset();
-    p.page_count = page_count(&info.window);
+    p.page_count = info.window.page_count();
     p.page_size = GPU_PAGE_SIZE as u32;
     writer.write(&p).inspect_err(|_| {
         // The caller cannot learn the handle: do not keep it.
-        let _ = ctx.unpin(info.handle, &limits);
+        let _ = ctx.unpin(info.handle);
     })
 }
 
@@ -254,7 +256,7 @@ fn unpin(ctx: &Context, user: UserSlice) -> Result {
     if u.pad != 0 {
         return Err(EINVAL);
     }
-    ctx.unpin(u.handle, &limits())
+    ctx.unpin(u.handle)
 }
 
 fn info(ctx: &Context, user: UserSlice) -> Result {
@@ -271,7 +273,7 @@ fn info(ctx: &Context, user: UserSlice) -> Result {
         handle: i.handle,
         aligned_va: h.window.start(),
         offset: h.window.offset(),
-        page_count: page_count(&h.window),
+        page_count: h.window.page_count(),
         page_size: GPU_PAGE_SIZE as u32,
         region_va: h.region.start(),
         region_len: h.region.len(),
@@ -294,14 +296,10 @@ fn copy_pages(
     count: u32,
 ) -> Result<u32> {
     let out = ctx.with_handle(handle, |region, window| {
-        let n = page_count(window);
-        if count < n {
+        if count < window.page_count() {
             return Err(ENOSPC);
         }
-        let mut out = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
-        let first = policy::first_page(region.pinned().range(), window);
-        region.pinned().copy_addresses(peer, first, &mut out)?;
-        Ok(out)
+        region.window_addresses(window, peer)
     })?;
     let bytes = AsBytes::as_bytes(&*out);
     UserSlice::new(UserPtr::from_addr(addrs as usize), bytes.len())
@@ -335,7 +333,7 @@ fn dma_map(ctx: &Context, user: UserSlice) -> Result {
     writer.write(&d)
 }
 
-fn cache_stats(s: &cache::Stats) -> uapi::CacheStats {
+fn cache_stats(s: &Stats) -> uapi::CacheStats {
     uapi::CacheStats {
         regions: s.regions,
         pinned_bytes: s.pinned_bytes,

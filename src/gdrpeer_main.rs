@@ -27,18 +27,54 @@
 //!     return 0;
 //! }
 //! ```
+//!
+//! # Layers
+//!
+//! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
+//!
+//! 1. Kernel services the `kernel` crate lacks ([`sys`]) and the nv-p2p wrapper ([`nv_p2p`],
+//!    with the table gate [`gate`]).
+//! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
+//!    ([`params`]), counters ([`stats`]), the module environment ([`env`]) and the cache
+//!    ([`cache`]).
+//! 3. The front-ends, which know the engine and not one another: `/dev/gdrpeer`
+//!    ([`chardev`], with its uAPI in [`uapi`]) and the kernel API ([`kapi`]).
+//!
+//! # Lock order
+//!
+//! Locks are taken in this order (Documentation/design.rst explains why):
+//!
+//! 1. `Context::inner` (mutex, [`cache`]): the cache of one context. Held across nv-p2p calls.
+//! 2. The table gate's admission ([`gate`]): held across the get_pages, put_pages or
+//!    dma_map_pages it admits and nothing else; the free callback never waits for it.
+//! 3. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
+//!    under it, and so do the notifiers it calls (a peer driver's invalidate callback takes
+//!    that driver's own locks there).
+//! 4. `Pinned::state` (spinlock, [`nv_p2p`]): one pin's phase and readers; and
+//!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers. Never held together,
+//!    never held across a call out of gdrpeer, never held while sleeping (the wait for a
+//!    notifier in progress releases `Region::notifiers`).
+//!
+//! The free callback takes only locks of level 4: the rest of its work (taking the region out
+//! of the tree and out of the accounting) is queued to the engine's work item, which takes 1
+//! then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
 
+// The layers, each using only those above it (Documentation/design.rst, "Source map"):
+// kernel services and the nv-p2p wrapper; the pin engine; the front-ends.
 mod cache;
 mod chardev;
+mod env;
 mod gate;
 mod kapi;
 mod nv_p2p;
+mod params;
 mod policy;
 mod range;
+mod stats;
 mod sys;
 mod uapi;
 
-use kernel::{debugfs, miscdevice::MiscDeviceRegistration, prelude::*};
+use kernel::{debugfs, prelude::*};
 
 module! {
     type: GdrpeerModule,
@@ -70,53 +106,19 @@ module! {
     },
 }
 
-/// Reads a module parameter. The kernel crate's `value()` returns a reference up to 7.2 and
-/// the value from 7.3 on (`param_value_owned`, set by src/Kbuild).
-macro_rules! param {
-    ($name:ident) => {{
-        #[cfg(param_value_owned)]
-        let value = module_parameters::$name.value();
-        #[cfg(not(param_value_owned))]
-        let value = *module_parameters::$name.value();
-        value
-    }};
-}
-
-fn param_max_pin_bytes() -> u64 {
-    param!(max_pin_bytes)
-}
-
-fn param_cache_max_bytes() -> u64 {
-    param!(cache_max_bytes)
-}
-
-fn param_cache_max_regions() -> u64 {
-    param!(cache_max_regions)
-}
-
-fn param_global_max_bytes() -> u64 {
-    param!(global_max_bytes)
-}
-
-fn param_invalidate_warn_ms() -> u64 {
-    param!(invalidate_warn_ms)
-}
-
 /// The module's data. Fields drop in order: the device goes first (no new files), the
 /// callback workqueue last (drained, so no work of ours runs after unload).
-#[pin_data(PinnedDrop)]
+#[pin_data]
 struct GdrpeerModule {
     #[pin]
-    chardev: MiscDeviceRegistration<chardev::GdrpeerFile>,
+    chardev: chardev::Chardev,
     #[pin]
     _global_stats: debugfs::File<()>,
     #[pin]
     _params: debugfs::File<()>,
-    /// `gdrpeer/files`: one directory per open file.
-    files_dir: debugfs::Dir,
     _debugfs: debugfs::Dir,
     #[pin]
-    env: cache::Env,
+    env: env::Env,
 }
 
 impl kernel::InPlaceModule for GdrpeerModule {
@@ -130,34 +132,13 @@ impl kernel::InPlaceModule for GdrpeerModule {
         );
         let root = debugfs::Dir::new(c"gdrpeer");
         try_pin_init!(Self {
-            env <- cache::Env::new(module),
-            files_dir: root.subdir(c"files"),
+            env <- env::Env::new(module),
             _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
-                cache::GLOBAL.show(f)
+                stats::GLOBAL.show(f)
             }),
-            // Module parameters are not in sysfs: show them here.
-            _params <- root.read_callback_file(c"params", (), &|(): &(), f| {
-                writeln!(f, "max_pin_bytes {}", param_max_pin_bytes())?;
-                writeln!(f, "cache_max_bytes {}", param_cache_max_bytes())?;
-                writeln!(f, "cache_max_regions {}", param_cache_max_regions())?;
-                writeln!(f, "global_max_bytes {}", param_global_max_bytes())?;
-                writeln!(f, "invalidate_warn_ms {}", param_invalidate_warn_ms())
-            }),
+            _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
+            chardev <- chardev::Chardev::new(&root),
             _debugfs: root,
-            chardev <- chardev::register(),
         })
-        .pin_chain(|this| {
-            // SAFETY: the module's data stays in place until the module exits, and `drop`
-            // withdraws it first.
-            unsafe { kapi::publish_env(&this.env) };
-            Ok(())
-        })
-    }
-}
-
-#[pinned_drop]
-impl PinnedDrop for GdrpeerModule {
-    fn drop(self: Pin<&mut Self>) {
-        kapi::withdraw_env();
     }
 }

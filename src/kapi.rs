@@ -22,54 +22,26 @@ mod bindings {
     include!("kapi_generated.rs");
 }
 
-use core::ptr;
 use kernel::{
     ffi::c_void,
+    pci,
     prelude::*,
-    sync::{
-        aref::ARef,
-        atomic::{Atomic, Relaxed},
-        Arc,
-    },
+    sync::{aref::ARef, Arc},
     task::might_sleep,
     time::{Instant, Monotonic},
+    types::ScopeGuard,
 };
 
 use crate::{
-    cache::{Context, Env, Region, Sharing},
+    cache::{Context, Notifier, Region, Sharing},
+    env::Env,
     nv_p2p::PinKind,
-    policy,
+    params,
     range::{GpuRange, GPU_PAGE_SIZE},
-    sys,
 };
 
-/// The loaded module's [`Env`], for contexts created through the API. Set at module init
-/// and cleared at exit; peer drivers can only call in between, since they link to gdrpeer.
-static ENV: Atomic<*mut Env> = Atomic::new(ptr::null_mut());
-
-/// Publishes the module's [`Env`] to the API.
-///
-/// # Safety
-///
-/// `env` stays valid until [`withdraw_env`].
-pub(crate) unsafe fn publish_env(env: &Env) {
-    ENV.store(ptr::from_ref(env).cast_mut(), Relaxed);
-}
-
-/// Takes the [`Env`] back at module exit.
-pub(crate) fn withdraw_env() {
-    ENV.store(ptr::null_mut(), Relaxed);
-}
-
-fn env() -> Result<&'static Env> {
-    let env = ENV.load(Relaxed);
-    // SAFETY: a non-NULL `ENV` points to the module's `Env` (publish_env), valid until module
-    // exit; no peer driver can call in after that, since it links against gdrpeer.
-    unsafe { env.as_ref() }.ok_or(ENODEV)
-}
-
 /// A peer driver's invalidate callback with its data.
-pub(crate) struct Invalidate {
+struct Invalidate {
     f: unsafe extern "C" fn(*mut c_void),
     data: *mut c_void,
 }
@@ -79,9 +51,9 @@ unsafe impl Send for Invalidate {}
 // SAFETY: as above; the callback is only called, never changed.
 unsafe impl Sync for Invalidate {}
 
-impl Invalidate {
+impl Notifier for Invalidate {
     /// Calls it, under the lockdep class that stands for NVIDIA's lock, warning if it is slow.
-    pub(crate) fn call(&self) {
+    fn notify(&self) {
         let start = Instant::<Monotonic>::now();
         // SAFETY: plain C functions without preconditions.
         unsafe { bindings::gdrpeer_invalidate_begin() };
@@ -92,7 +64,7 @@ impl Invalidate {
         unsafe { bindings::gdrpeer_invalidate_end() };
         let took = start.elapsed();
         // The limit is a module parameter (`invalidate_warn_ms`).
-        let limit = i64::try_from(crate::param_invalidate_warn_ms()).unwrap_or(i64::MAX);
+        let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
         if took.as_millis() > limit {
             pr_warn!(
                 "a peer driver's invalidate callback took {} ms (invalidate_warn_ms {})\n",
@@ -137,7 +109,7 @@ extern "C" fn gdrpeer_rs_kapi_version() -> u32 {
 extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
     might_sleep();
     api_result((|| {
-        let ctx = Context::new(env()?)?;
+        let ctx = Context::new(Env::get()?)?;
         Ok(KBox::into_raw(KBox::new(KapiCtx { ctx }, GFP_KERNEL)?).cast())
     })())
 }
@@ -179,15 +151,16 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
         };
         // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
         let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.ctx;
-        // SAFETY: `peer` is a live PCI device (the function's contract).
-        let peer = unsafe { sys::pci_device_get(peer) };
+        // SAFETY: `peer` is a live PCI device (the function's contract), and `pci::Device` is
+        // `#[repr(transparent)]` over `struct pci_dev`; `ARef::from` takes a reference on it.
+        let peer = ARef::from(unsafe { &*peer.cast::<pci::Device>() });
         let mr = pin(ctx, &peer, va, len, Invalidate { f, data })?;
         // SAFETY: `info` is writable (the function's contract).
         unsafe {
             info.write(bindings::gdrpeer_mr_info {
                 aligned_va: mr.window.start(),
                 offset: mr.window.offset(),
-                page_count: mr.mr.addrs.len() as u32,
+                page_count: mr.window.page_count(),
                 page_size: GPU_PAGE_SIZE as u32,
                 dma_addrs: mr.mr.addrs.as_ptr(),
             })
@@ -203,7 +176,7 @@ struct Pinned {
 
 fn pin(
     ctx: &Arc<Context>,
-    peer: &ARef<kernel::pci::Device>,
+    peer: &ARef<pci::Device>,
     va: u64,
     len: u64,
     invalidate: Invalidate,
@@ -211,43 +184,26 @@ fn pin(
     if !ctx.is_owner() {
         return Err(EACCES);
     }
-    let range = GpuRange::new(va, len, crate::param_max_pin_bytes())?;
-    let limits = crate::chardev::limits();
-    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, &limits)?;
-    let mapped = (|| {
-        let (region, window) = ctx.handle_region(info.handle)?;
-        region.pinned().dma_map(peer)?;
-        let n = window.pages() as usize;
-        let mut addrs = KVVec::with_capacity(n, GFP_KERNEL)?;
-        let first = policy::first_page(region.pinned().range(), &window);
-        region
-            .pinned()
-            .copy_addresses(Some(peer), first, &mut addrs)?;
-        let notifier = region.add_notifier(invalidate)?;
-        Ok((region, window, addrs, notifier))
-    })();
-    let (region, window, addrs, notifier) = match mapped {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = ctx.unpin(info.handle, &limits);
-            return Err(e);
-        }
-    };
+    let range = GpuRange::new(va, len, params::max_pin_bytes())?;
+    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached)?;
+    // Until the registration is complete, an early return gives the handle back.
+    let handle = ScopeGuard::new_with_data(info.handle, |handle| {
+        let _ = ctx.unpin(handle);
+    });
+    let (region, window) = ctx.handle_region(*handle)?;
+    region.pinned().dma_map(peer)?;
+    let addrs = region.window_addresses(&window, Some(peer))?;
+    let notifier = region.add_notifier(KBox::new(invalidate, GFP_KERNEL)?)?;
     let mr = KapiMr {
         ctx: ctx.clone(),
         region,
-        handle: info.handle,
+        handle: handle.dismiss(),
         notifier,
         addrs,
     };
-    match KBox::new(mr, GFP_KERNEL) {
-        Ok(mr) => Ok(Pinned { mr, window }),
-        Err(e) => {
-            // `mr` was moved into the failed allocation and dropped: undo by hand.
-            let _ = ctx.unpin(info.handle, &limits);
-            Err(e.into())
-        }
-    }
+    // On failure `mr` is dropped, which unregisters the notifier and unpins the handle.
+    let mr = KBox::new(mr, GFP_KERNEL)?;
+    Ok(Pinned { mr, window })
 }
 
 impl Drop for KapiMr {
@@ -255,7 +211,7 @@ impl Drop for KapiMr {
         // Waits for a callback in progress; none is made afterwards.
         self.region.remove_notifier(self.notifier);
         // After gdrpeer_ctx_destroy the handle is gone already.
-        let _ = self.ctx.unpin(self.handle, &crate::chardev::limits());
+        let _ = self.ctx.unpin(self.handle);
     }
 }
 

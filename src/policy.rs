@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The registration cache's decisions, kept free of locks and of NVIDIA so that KUnit can
-//! check them: what a merge pins, which pages a handle sees, when the cache must shrink.
+//! check them: what a merge pins and when the cache must shrink (the geometry they rest on,
+//! containment, overlap and a window's pages, is [`GpuRange`]'s).
 
-use crate::range::{GpuRange, GPU_PAGE_SIZE};
+use crate::range::GpuRange;
 
 /// The limits of one context's cache, and the global budget (0: no limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,24 +53,10 @@ pub(crate) fn merged(
         })
 }
 
-/// Whether two ranges share a page.
-pub(crate) fn overlaps(a: &GpuRange, b: &GpuRange) -> bool {
-    a.start() < b.end() && b.start() < a.end()
-}
-
-/// Whether `outer` holds all of `inner`: a cache hit.
-pub(crate) fn contains(outer: &GpuRange, inner: &GpuRange) -> bool {
-    outer.contains(inner)
-}
-
-/// The first page of `window` within `region`, which contains it.
-pub(crate) fn first_page(region: &GpuRange, window: &GpuRange) -> usize {
-    ((window.start() - region.start()) / GPU_PAGE_SIZE) as usize
-}
-
 #[kernel::prelude::kunit_tests(gdrpeer_cache)]
 mod tests {
     use super::*;
+    use crate::range::GPU_PAGE_SIZE;
 
     const K64: u64 = GPU_PAGE_SIZE;
     const MAX: u64 = 1 << 40;
@@ -81,11 +68,11 @@ mod tests {
     #[test]
     fn a_contained_request_is_a_hit() {
         let region = r(0x10000, 4 * K64);
-        assert!(contains(&region, &r(0x10000 + 100, K64)));
-        assert!(contains(&region, &region));
+        assert!(region.contains(&r(0x10000 + 100, K64)));
+        assert!(region.contains(&region));
         // Rounded up to the page after the region: a miss.
-        assert!(!contains(&region, &r(0x10000 + 3 * K64 + 1, K64)));
-        assert!(!contains(&region, &r(0, K64)));
+        assert!(!region.contains(&r(0x10000 + 3 * K64 + 1, K64)));
+        assert!(!region.contains(&r(0, K64)));
     }
 
     #[test]
@@ -99,16 +86,16 @@ mod tests {
 
     #[test]
     fn touching_regions_do_not_overlap() {
-        assert!(!overlaps(&r(0, K64), &r(K64, K64)));
-        assert!(overlaps(&r(0, 2 * K64), &r(K64, K64)));
-        assert!(overlaps(&r(K64, K64), &r(0, 2 * K64)));
+        assert!(!r(0, K64).overlaps(&r(K64, K64)));
+        assert!(r(0, 2 * K64).overlaps(&r(K64, K64)));
+        assert!(r(K64, K64).overlaps(&r(0, 2 * K64)));
     }
 
     #[test]
     fn a_handle_sees_its_own_pages() {
         let region = r(0x200000, 8 * K64);
-        assert_eq!(first_page(&region, &r(0x200000 + 3 * K64 + 5, 10)), 3);
-        assert_eq!(first_page(&region, &region), 0);
+        assert_eq!(r(0x200000 + 3 * K64 + 5, 10).first_page_in(&region), 3);
+        assert_eq!(region.first_page_in(&region), 0);
     }
 
     #[test]

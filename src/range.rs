@@ -73,9 +73,25 @@ impl GpuRange {
         self.len >> GPU_PAGE_SHIFT
     }
 
-    /// Whether `other` lies entirely inside `self`.
+    /// Number of GPU pages, as the uAPI and the kernel API count them (`max_pin_bytes` keeps
+    /// it far below `u32::MAX`).
+    pub(crate) fn page_count(&self) -> u32 {
+        u32::try_from(self.pages()).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `other` lies entirely inside `self`: a cache hit.
     pub(crate) fn contains(&self, other: &GpuRange) -> bool {
         self.start <= other.start && other.end() <= self.end()
+    }
+
+    /// Whether the two ranges share a page.
+    pub(crate) fn overlaps(&self, other: &GpuRange) -> bool {
+        self.start < other.end() && other.start < self.end()
+    }
+
+    /// The index of `self`'s first page among the pages of `region`, which contains it.
+    pub(crate) fn first_page_in(&self, region: &GpuRange) -> usize {
+        ((self.start - region.start) >> GPU_PAGE_SHIFT) as usize
     }
 }
 

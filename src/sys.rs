@@ -117,20 +117,6 @@ pub(crate) fn pci_device(domain: u32, bus: u8, devfn: u8) -> Option<ARef<pci::De
     Some(unsafe { ARef::from_raw(pdev.cast::<pci::Device>()) })
 }
 
-/// A new reference to the PCI device at `pdev`.
-///
-/// # Safety
-///
-/// `pdev` points to a live `struct pci_dev`.
-pub(crate) unsafe fn pci_device_get(pdev: *mut bindings::pci_dev) -> ARef<pci::Device> {
-    // SAFETY: `pdev` is live (the function's contract); pci_dev_get takes a reference.
-    let pdev = unsafe { bindings::pci_dev_get(pdev) };
-    // SAFETY: `pci::Device` is `#[repr(transparent)]` over `struct pci_dev`; the reference
-    // just taken is handed to the `ARef`, which drops it with pci_dev_put. pci_dev_get
-    // returns its (non-NULL) argument.
-    unsafe { ARef::from_raw(NonNull::new_unchecked(pdev).cast::<pci::Device>()) }
-}
-
 /// The `struct pci_dev` of `dev`, for nv-p2p's DMA functions.
 pub(crate) fn pci_dev_ptr(dev: &pci::Device) -> *mut bindings::pci_dev {
     // `pci::Device::as_raw` is private; the type is `#[repr(transparent)]` over the C struct.

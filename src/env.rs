@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the engine needs from the loaded module ([`Env`]), and the one way front-ends reach
+//! it: [`Env::get`].
+
+use core::ptr;
+use kernel::{
+    prelude::*,
+    sync::atomic::{Atomic, Full, Relaxed},
+};
+
+use crate::{gate::Gate, sys::OwnedQueue};
+
+/// What contexts need from the loaded module. It lives in the module's own data: every
+/// context and region holds a module reference (an open file, or a pin NVIDIA can still call
+/// back), so it outlives them.
+///
+/// # Invariants
+///
+/// While an `Env` is in [`ENV`], it is initialized and pinned in place.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Env {
+    /// Where the free callback queues the rest of its work.
+    pub(crate) queue: OwnedQueue,
+    /// This module, for the references pins take.
+    pub(crate) module: &'static ThisModule,
+    /// The table gate every pin goes through.
+    #[pin]
+    pub(crate) gate: Gate,
+}
+
+/// The module's [`Env`]: set once it is initialized, before any front-end is registered (the
+/// module's data initializes it first), cleared when it is dropped, after every front-end is
+/// gone (an open file or a peer driver's context keeps the module loaded).
+static ENV: Atomic<*mut Env> = Atomic::new(ptr::null_mut());
+
+impl Env {
+    /// The environment of `module`, published for [`Env::get`] once in place. There is one:
+    /// a second fails with -EBUSY.
+    pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Env {
+            queue: OwnedQueue::new(c"gdrpeer")?,
+            module,
+            gate <- Gate::new(),
+        })
+        .pin_chain(|env| {
+            let env = ptr::from_ref(&*env).cast_mut();
+            // INVARIANT: `env` is initialized and pinned; `drop` takes it out of `ENV`
+            // before it goes.
+            ENV.cmpxchg(ptr::null_mut(), env, Full)
+                .map(|_| ())
+                .map_err(|_| EBUSY)
+        })
+    }
+
+    /// The module's environment; -ENODEV before it is initialized or once it is dropped.
+    pub(crate) fn get() -> Result<&'static Env> {
+        let env = ENV.load(Relaxed);
+        // SAFETY: a non-NULL `ENV` points to a live, pinned `Env` (the type invariant). It
+        // is only dropped at module exit, when no front-end can call in any more (see `ENV`),
+        // so the `'static` borrow is not used past it.
+        unsafe { env.as_ref() }.ok_or(ENODEV)
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Env {
+    fn drop(self: Pin<&mut Self>) {
+        let me = ptr::from_ref(&*self).cast_mut();
+        // Only this `Env` is withdrawn (one that failed to publish leaves the other alone).
+        let _ = ENV.cmpxchg(me, ptr::null_mut(), Full);
+    }
+}
