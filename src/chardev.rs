@@ -88,9 +88,9 @@ pub(crate) struct GdrpeerFile {
     env: &'static Env,
     module_ref: Option<Pin<KBox<FileModuleRef>>>,
     ctx: Arc<Context>,
-    /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs; removed before the context closes.
-    _debugfs: Option<KBox<debugfs::Dir>>,
-    _files: KVec<Pin<KBox<debugfs::File<Arc<Context>>>>>,
+    /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs, with the context they show;
+    /// removed before the context closes.
+    _debugfs: Option<Pin<KBox<debugfs::Scope<Arc<Context>>>>>,
 }
 
 impl GdrpeerFile {
@@ -111,7 +111,6 @@ impl GdrpeerFile {
             module_ref: Some(module_ref),
             ctx,
             _debugfs: None,
-            _files: KVec::new(),
         };
         // debugfs is a debugging aid: a file without it still works.
         let _ = me.add_debugfs(&chardev.files_dir);
@@ -121,19 +120,11 @@ impl GdrpeerFile {
     fn add_debugfs(&mut self, files_dir: &debugfs::Dir) -> Result {
         let id = NEXT_FILE_ID.fetch_add(1, Relaxed);
         let name = CString::try_from_fmt(fmt!("{}-{}", self.ctx.owner_tgid(), id))?;
-        let dir = KBox::new(files_dir.subdir(&name), GFP_KERNEL)?;
-        let stats = dir.read_callback_file(c"stats", self.ctx.clone(), &|c: &Arc<Context>, f| {
-            c.show_stats(f)
+        let scope = files_dir.scope(self.ctx.clone(), &name, |ctx, dir| {
+            dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| c.show_stats(f));
+            dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| c.show_regions(f));
         });
-        self._files
-            .push(KBox::pin_init(stats, GFP_KERNEL)?, GFP_KERNEL)?;
-        let regions =
-            dir.read_callback_file(c"regions", self.ctx.clone(), &|c: &Arc<Context>, f| {
-                c.show_regions(f)
-            });
-        self._files
-            .push(KBox::pin_init(regions, GFP_KERNEL)?, GFP_KERNEL)?;
-        self._debugfs = Some(dir);
+        self._debugfs = Some(KBox::pin_init(scope, GFP_KERNEL)?);
         Ok(())
     }
 }

@@ -5,8 +5,17 @@
 //! Each one is a thin safe type over the C function; everything `unsafe` about them stays in
 //! this file (the nv-p2p FFI has its own module, [`crate::nv_p2p`]).
 //!
-//! TODO: replace with the kernel crate's abstractions once it has an owned workqueue, module
-//! references, `capable()`, task flags and a PCI device lookup by bus address.
+//! TODO: each goes when the kernel crate has what it waits for:
+//! - [`OwnedQueue`]: an owned, destroyable workqueue (`kernel::workqueue` has only the
+//!   system queues and a `Queue` reference to a C one);
+//! - [`ModuleRef`]: `try_module_get`/`module_put` on a `ThisModule` (misc devices name no
+//!   owner, so an open file does not pin the module);
+//! - [`current_is_kthread`]: `Task` flags (`PF_KTHREAD`);
+//! - [`capable_sys_rawio`]: `capable()` with the capability constants;
+//! - [`pci_device`]: a lookup of a `pci::Device` by domain, bus and devfn;
+//! - [`pci_dev_ptr`], [`pci_dev_device_ptr`]: public `as_raw()` on `pci::Device` and
+//!   `device::Device` (both are private in 7.2);
+//! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`.
 
 use core::ptr::NonNull;
 use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
