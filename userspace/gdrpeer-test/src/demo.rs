@@ -4,12 +4,11 @@
 //! a second request from the cache, let the driver free the memory under the pin, show the
 //! counters.
 
-use crate::{dev, edu, nic::Nic, ok};
+use crate::helpers::{dev, edu, ok, K64};
+use crate::nic::Nic;
 use gdrpeer::{PinFlags, Stats};
 use nvsim::testing::{debugfs, errno, stat, TestResult};
 use nvsim::Gpu;
-
-const K64: u64 = 1 << 16;
 
 fn show_stats(s: &Stats) {
     let f = &s.file;

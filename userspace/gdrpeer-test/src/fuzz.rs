@@ -13,7 +13,7 @@
 //! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
 
-use crate::{edu, gdrpeer_idle, K64};
+use crate::helpers::{edu, gdrpeer_idle, K64};
 use gdrpeer::{uapi, Device};
 use nvsim::testing::{self as harness, TestResult};
 use nvsim::{check, Gpu};

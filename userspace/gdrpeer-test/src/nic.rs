@@ -4,7 +4,10 @@
 //! peer-to-peer DMA between (simulated) GPU memory and QEMU's edu device, through gdrpeer's
 //! kernel API. Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded.
 
-use crate::{all_released, eventually, gdrpeer_idle, gstat, K64};
+use crate::helpers::{
+    all_released, eventually, gdrpeer_idle, gstat, p2pclient_addresses, param, pattern, K64,
+};
+use crate::proc;
 use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
@@ -143,13 +146,6 @@ fn nstat(name: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("no gdrnic counter {name}"))
 }
 
-/// A byte pattern that varies with the position and the seed.
-pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[i % 4] ^ seed)
-        .collect()
-}
-
 fn nic() -> Result<Nic, String> {
     Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))
 }
@@ -199,7 +195,7 @@ fn round_trip() -> TestResult {
     check_eq!(mr.dma.len(), 3, "DMA addresses");
     check_eq!(
         mr.dma,
-        crate::p2pclient_addresses(va + K64, 3 * K64)?,
+        p2pclient_addresses(va + K64, 3 * K64)?,
         "DMA addresses vs nvsim's bus addresses"
     );
 
@@ -429,12 +425,12 @@ fn fork_child_cannot_register() -> TestResult {
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let n = nic()?;
     let mr = n.reg(va, K64).map_err(errno)?;
-    let child = crate::proc::fork(|| {
+    let child = proc::fork(|| {
         expect_err(n.reg(va, K64), Errno::ACCESS, "child's registration")?;
         n.send(mr.handle, 0, 8).map_err(errno)?;
         Ok(())
     })?;
-    crate::proc::wait(child)
+    proc::wait(child)
 }
 
 /// The NIC module cannot go while a process has registrations; when that process is killed,
@@ -452,9 +448,9 @@ fn rmmod_with_live_registrations() -> TestResult {
     n.recv(mr.handle, 0, b"alive").map_err(errno)?;
     check_eq!(nstat("registrations")?, 1, "registrations");
     // A killed process with registrations: its file is released at exit.
-    let (child, _) = crate::proc::spawn_ready("--nic-reg-and-wait")?;
+    let (child, _) = proc::spawn_ready("--nic-reg-and-wait")?;
     check_eq!(nstat("registrations")?, 2, "registrations with the child's");
-    crate::proc::kill_and_wait(child)?;
+    proc::kill_and_wait(child)?;
     eventually(10, "child's registration released", || {
         Ok(nstat("registrations")? == 1)
     })?;
@@ -481,12 +477,12 @@ pub fn reg_and_wait() -> TestResult {
     let n = nic()?;
     let mr = n.reg(va, K64).map_err(errno)?;
     n.recv(mr.handle, 0, b"child").map_err(errno)?;
-    crate::proc::ready_and_wait()
+    proc::ready_and_wait()
 }
 
 /// An invalidate callback slower than gdrpeer's `invalidate_warn_ms` is reported.
 fn slow_invalidate_is_reported() -> TestResult {
-    let limit = crate::param("invalidate_warn_ms")?;
+    let limit = param("invalidate_warn_ms")?;
     let gpu = Gpu::open().map_err(errno)?;
     let (va, id) = gpu.alloc(K64).map_err(errno)?;
     let n = nic()?;

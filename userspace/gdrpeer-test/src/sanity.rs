@@ -7,7 +7,8 @@
 //!
 //! Without a CUDA driver library the program says so and exits with status 3.
 
-use crate::{dev, fails, ok, K64};
+use crate::helpers::{dev, fails, gdrpeer_idle, ok, pattern, K64};
+use crate::proc;
 use gdrpeer::cuda::{Cuda, CudaCallError};
 use gdrpeer::regcache::{CudaError, PointerInfo};
 use gdrpeer::{PinFlags, PinState};
@@ -124,14 +125,14 @@ fn data_validation() -> TestResult {
     let m = DevMem::new(size)?;
     let d = dev()?;
     let p = ok(d.pin(m.p + 100, 2 * K64, PinFlags::empty()), "pin")?;
-    let data = crate::nic::pattern(7, size);
+    let data = pattern(7, size);
     cu().copy_to_device(m.p, &data).map_err(c)?;
     let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
     check!(
         gpu.read(p.aligned_va, size).map_err(harness::errno)? == data,
         "pinned memory differs from what cuMemcpyHtoD wrote"
     );
-    let back = crate::nic::pattern(8, 4096);
+    let back = pattern(8, 4096);
     gpu.write(m.p + 70000, &back).map_err(harness::errno)?;
     let mut out = vec![0u8; 4096];
     cu().copy_from_device(&mut out, m.p + 70000).map_err(c)?;
@@ -161,7 +162,7 @@ fn invalidation_after_close() -> TestResult {
     ok(d.pin(m.p, K64, PinFlags::empty()), "pin")?;
     ok(d.pin(m.p + K64, K64, PinFlags::empty()), "pin")?;
     drop(d);
-    crate::gdrpeer_idle()?;
+    gdrpeer_idle()?;
     m.free()
 }
 
@@ -171,7 +172,7 @@ fn across_fork() -> TestResult {
     let d = dev()?;
     let p = ok(d.pin(m.p, K64, PinFlags::empty()), "pin")?;
     let va = m.p;
-    let child = crate::proc::fork(|| {
+    let child = proc::fork(|| {
         check_eq!(
             fails(d.pin(va, K64, PinFlags::empty()), "child pin")?,
             Errno::ACCESS,
@@ -184,7 +185,7 @@ fn across_fork() -> TestResult {
         );
         Ok(())
     })?;
-    crate::proc::wait(child)?;
+    proc::wait(child)?;
     check_eq!(
         ok(d.info(p.handle), "info")?.state,
         PinState::Valid,

@@ -8,7 +8,8 @@
 //!
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
-use crate::{gdrpeer_idle, gstats, nic::Nic, K64};
+use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
+use crate::nic::Nic;
 use gdrpeer::{uapi, Device, PciAddress, PinFlags};
 use nvsim::testing::{self as harness, debugfs, TestResult};
 use nvsim::{check, Gpu};
@@ -249,7 +250,7 @@ pub fn worker(args: &[String]) -> TestResult {
         allocs: Mutex::new(Vec::new()),
         done: AtomicU64::new(0),
         counts: Default::default(),
-        peer: crate::edu().ok(),
+        peer: edu().ok(),
         nic: std::path::Path::new("/dev/gdrnic").exists(),
     });
     let workers: Vec<_> = (0..threads)
@@ -436,7 +437,7 @@ pub fn run(args: &[String]) -> TestResult {
 
         // Everything must be back: nothing pinned, mapped or registered anywhere.
         gdrpeer_idle()?;
-        crate::eventually(10, "gdrnic registrations", || {
+        eventually(10, "gdrnic registrations", || {
             Ok(
                 !std::path::Path::new("/sys/kernel/debug/gdrnic/stats").exists()
                     || harness::name_values("/sys/kernel/debug/gdrnic/stats")?["registrations"]

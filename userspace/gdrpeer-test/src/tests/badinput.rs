@@ -4,9 +4,12 @@
 //! checked. The table is read from the document itself, so a row without a check here, or a
 //! check without a row there, fails the test.
 
-use crate::{dev, edu, fails, ok, param, proc, K64};
+use crate::helpers::{
+    all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
+};
+use crate::proc;
 use gdrpeer::{uapi, Device, PinFlags};
-use nvsim::testing::{debugfs, errno, TestResult};
+use nvsim::testing::{debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsFd, AsRawFd, BorrowedFd},
@@ -14,7 +17,7 @@ use rustix::{
 };
 use std::collections::BTreeMap;
 
-const UAPI_RST: &str = include_str!("../../../Documentation/uapi.rst");
+const UAPI_RST: &str = include_str!("../../../../Documentation/uapi.rst");
 
 /// The rows of the "Bad input" table: (row, errno name).
 fn table() -> Result<Vec<(String, String)>, String> {
@@ -334,17 +337,17 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
     });
     c.insert("short-address-array", || {
         let s = setup()?;
-        Ok(proc::get_pages_into(&s.d, s.handle, 1)?
+        Ok(get_pages_into(&s.d, s.handle, 1)?
             .err()
             .ok_or("GET_PAGES of 1 entry")?)
     });
     c.insert("get-pages-unprivileged", || {
         let s = setup()?;
-        Ok(proc::without_rawio(&s.d, s.handle)?.0)
+        Ok(without_rawio(&s.d, s.handle)?.0)
     });
     c.insert("dma-map-unprivileged", || {
         let s = setup()?;
-        Ok(proc::without_rawio(&s.d, s.handle)?.1)
+        Ok(without_rawio(&s.d, s.handle)?.1)
     });
     c.insert("dma-map-no-such-device", || {
         let s = setup()?;
@@ -418,7 +421,15 @@ fn errno_name(e: Errno) -> String {
     )
 }
 
-pub fn bad_input_table() -> TestResult {
+/// The child of the `pin-other-process-memory` row (`--gpu-alloc-and-wait`): allocates GPU
+/// memory, prints "ready VA" and waits to be killed.
+pub fn gpu_alloc_and_wait() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    proc::ready_and_wait_with(&va.to_string())
+}
+
+fn bad_input_table() -> TestResult {
     let rows = table()?;
     let mut checks = checks();
     let mut wrong = Vec::new();
@@ -436,7 +447,7 @@ pub fn bad_input_table() -> TestResult {
             Err(e) => wrong.push(format!("{row}: {e}")),
         }
         // Every row leaves the module as it found it.
-        crate::all_released().map_err(|e| format!("after {row}: {e}"))?;
+        all_released().map_err(|e| format!("after {row}: {e}"))?;
     }
     for row in checks.keys() {
         wrong.push(format!("{row}: checked but not in the table"));
@@ -444,3 +455,6 @@ pub fn bad_input_table() -> TestResult {
     check_eq!(wrong, Vec::<String>::new(), "bad-input rows");
     Ok(())
 }
+
+/// This subject's tests, in the order they run.
+pub const TESTS: &[Test] = &[("gdrpeer-bad-input-table", bad_input_table)];

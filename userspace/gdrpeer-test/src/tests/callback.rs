@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The free callback and DMA mappings: NVIDIA freeing the memory under a held pin, during
+//! pin, hits, unpin and close, with live DMA mappings to the edu device (whose addresses are
+//! checked against p2pclient's), during an unmap, and while a late put_pages or
+//! dma_map_pages races the free and a new pin of the reallocated memory.
+
+use crate::helpers::{dev, edu, eventually, fails, gdrpeer_idle, ok, K64};
+use gdrpeer::{PciAddress, PinFlags, PinState};
+use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult};
+use nvsim::{check, check_eq, Gpu};
+use rustix::io::Errno;
+use std::time::{Duration, Instant};
+
+fn callback_revokes_a_held_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        ok(d.info(p.handle), "info")?.state,
+        PinState::Revoked,
+        "state after free"
+    );
+    check_eq!(
+        fails(d.get_pages(p.handle), "pages after free")?,
+        Errno::NXIO,
+        "pages after free"
+    );
+    check_eq!(stat("pins_live")?, 0, "nvsim pins after the callback");
+    eventually(2, "callback accounted", || {
+        Ok(ok(d.stats(), "stats")?.file.callbacks == 1)
+    })?;
+    let s = ok(d.stats(), "stats")?;
+    check_eq!(
+        (s.file.regions, s.file.pinned_bytes, s.handles),
+        (0, 0, 1),
+        "regions, bytes, handles"
+    );
+    ok(d.unpin(p.handle), "unpin of a revoked handle")
+}
+
+fn callback_during_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    for delay in [0, 20, 100, 500] {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        debugfs("free_on_pin", &format!("{id} {delay}"))?;
+        match d.pin(va, K64, PinFlags::empty()) {
+            Ok(p) => {
+                eventually(2, "revoked", || {
+                    Ok(ok(d.info(p.handle), "info")?.state == PinState::Revoked)
+                })?;
+                ok(d.unpin(p.handle), "unpin")?;
+            }
+            Err(e) => check_eq!(e.errno(), Some(Errno::NXIO), "pin racing the free"),
+        }
+    }
+    Ok(())
+}
+
+fn callback_during_hits() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(4 * K64).map_err(errno)?;
+    let d = dev()?;
+    let held = ok(d.pin(va, 4 * K64, PinFlags::empty()), "pin")?;
+    let first = ok(d.pin(va + K64, K64, PinFlags::empty()), "first hit")?;
+    ok(d.unpin(first.handle), "unpin")?;
+    check_eq!(ok(d.stats(), "stats")?.file.hits, 1, "hits before the free");
+    debugfs("free", &format!("{id} 2000"))?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        check!(Instant::now() < deadline, "the memory was never freed");
+        match d.pin(va + K64, K64, PinFlags::empty()) {
+            Ok(p) => {
+                // A hit may be revoked under us: pages then fail with ENXIO, nothing else.
+                if let Err(e) = d.get_pages(p.handle) {
+                    check_eq!(e.errno(), Some(Errno::NXIO), "pages of a hit");
+                }
+                ok(d.unpin(p.handle), "unpin")?;
+            }
+            // Revoked: not a hit any more; a new pin of freed memory fails in nvsim.
+            Err(e) if e.errno() == Some(Errno::INVAL) => break,
+            Err(e) => return Err(format!("pin during the free: {e}")),
+        }
+    }
+    ok(d.unpin(held.handle), "unpin")
+}
+
+fn callback_during_unpin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    for delay in [0, 50, 200, 1000] {
+        let (va, id) = gpu.alloc(16 * K64).map_err(errno)?;
+        let handles: Vec<u64> = (0..16)
+            .map(|i| {
+                d.pin(va + i * K64, K64 * (16 - i), PinFlags::empty())
+                    .map(|p| p.handle)
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        debugfs("free", &format!("{id} {delay}"))?;
+        for h in handles {
+            ok(d.unpin(h), "unpin racing the free")?;
+        }
+        // Evict whatever is left unused, racing the callback too.
+        let (other, _) = gpu.alloc(K64).map_err(errno)?;
+        let p = ok(d.pin(other, K64, PinFlags::empty()), "pin")?;
+        ok(d.unpin(p.handle), "unpin")?;
+        gpu.free(other).map_err(errno)?;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+fn callback_during_close() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    for delay in [0, 100, 1000] {
+        let (va, id) = gpu.alloc(8 * K64).map_err(errno)?;
+        let d = dev()?;
+        for i in 0..8 {
+            let p = ok(d.pin(va + i * K64, K64, PinFlags::empty()), "pin")?;
+            if i % 2 == 0 {
+                ok(d.unpin(p.handle), "unpin")?;
+            }
+        }
+        debugfs("free", &format!("{id} {delay}"))?;
+        drop(d);
+        // The delayed free may come later; gdrpeer must be done either way.
+        gdrpeer_idle()?;
+    }
+    Ok(())
+}
+
+fn callback_frees_live_dma_mappings() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let peer = edu()?;
+    let addrs = ok(d.dma_map(p.handle, peer), "dma_map")?;
+    check_eq!(addrs.len(), 2, "DMA addresses");
+    // The same mapping serves a second call.
+    check_eq!(
+        ok(d.dma_map(p.handle, peer), "dma_map again")?,
+        addrs,
+        "DMA addresses again"
+    );
+    check_eq!(stat("dma_mappings_live")?, 1, "DMA mappings");
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        stat("dma_mappings_live")?,
+        0,
+        "DMA mappings after the callback"
+    );
+    check_eq!(
+        fails(d.dma_map(p.handle, peer), "dma_map after free")?,
+        Errno::NXIO,
+        "dma_map after free"
+    );
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A free callback that comes while an unpin is inside dma_unmap_pages waits for it: the
+/// unmap never sees a freed table (nvsim counts one in client_errors). nvsim's
+/// `unmap_delay_us` holds the unmap open while the memory is freed. The ioctl fuzzer found
+/// this window.
+fn callback_waits_for_an_unmap() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    ok(d.dma_map(p.handle, edu()?), "dma_map")?;
+    let callbacks = stat("callbacks_fired")?;
+    debugfs("unmap_delay_us", "300000")?;
+    let r = std::thread::scope(|s| {
+        // Closing the file unpins the region: its unmap sleeps in nvsim.
+        let closer = s.spawn(move || drop(d));
+        std::thread::sleep(Duration::from_millis(100));
+        let freed = debugfs("free", &id.to_string());
+        closer.join().map_err(|_| "close panicked".to_string())?;
+        freed
+    });
+    debugfs("unmap_delay_us", "0")?;
+    r?;
+    check_eq!(stat("client_errors")?, 0, "unmaps of a freed table");
+    check_eq!(stat("callbacks_fired")? - callbacks, 1, "callbacks");
+    Ok(())
+}
+
+/// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
+/// (`put_pages_delay_us`, `dma_map_delay_us`).
+fn delayed_call_asleep() -> TestResult {
+    eventually(10, "an nv-p2p call asleep on entry", || {
+        Ok(stat("calls_delayed")? == 1)
+    })
+}
+
+/// Frees `id` while a call of `file` sleeps in nvsim on its way to NVIDIA's lock, allocates
+/// the same address again and pins it through `other`, a second file of this process; then
+/// lets the call finish. nvsim hands out the most recently freed table first, as a slab
+/// does: unless gdrpeer keeps its pins away from the freed table until the late call has
+/// returned, the new pin gets that very table and the late call names it (nvsim reports
+/// it). Returns the call's result and the new pin's handle.
+fn race_free_and_repin<T: Send>(
+    gpu: &Gpu,
+    (id, va, len): (u64, u64, u64),
+    other: &gdrpeer::Device,
+    call: impl FnOnce() -> Result<T, gdrpeer::Error> + Send,
+) -> Result<(Result<T, gdrpeer::Error>, u64), String> {
+    std::thread::scope(|s| {
+        let late = s.spawn(call);
+        delayed_call_asleep()?;
+        debugfs("free", &id.to_string())?;
+        let (again, _) = gpu.alloc(len).map_err(errno)?;
+        check_eq!(again, va, "address of the reallocated memory");
+        let newer = ok(
+            other.pin(va, len, PinFlags::empty()),
+            "pin of the new memory",
+        )?;
+        let r = late
+            .join()
+            .map_err(|_| "the late call panicked".to_string())?;
+        Ok((r, newer.handle))
+    })
+}
+
+/// The newer pin of [`race_free_and_repin`] survived the late call untouched.
+fn newer_pin_intact(d: &gdrpeer::Device, handle: u64, pages: usize) -> TestResult {
+    check_eq!(stat("client_errors")?, 0, "stale nv-p2p calls");
+    check_eq!(stat("pins_live")?, 1, "pins: the newer one");
+    check_eq!(stat("dma_mappings_live")?, 0, "DMA mappings");
+    let pa = ok(d.get_pages(handle), "pages of the newer pin")?;
+    check_eq!(pa.len(), pages, "pages of the newer pin");
+    ok(d.unpin(handle), "unpin of the newer pin")
+}
+
+/// An unpin whose put_pages loses the race to the free callback must not release a newer
+/// pin of the same memory: the table's address may be recycled at once (a kernel without
+/// KASAN's quarantine does that). nvsim's `put_pages_delay_us` holds the put_pages open.
+fn stale_put_pages_spares_a_newer_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
+    let (d, other) = (dev()?, dev()?);
+    // A private region is given back at unpin, so the unpin calls put_pages.
+    let p = ok(d.pin(va, K64, PinFlags::NOCACHE), "pin")?;
+    debugfs("put_pages_delay_us", "500000")?;
+    let raced = race_free_and_repin(&gpu, (id, va, K64), &other, || d.unpin(p.handle));
+    debugfs("put_pages_delay_us", "0")?;
+    let (unpinned, newer) = raced?;
+    ok(unpinned, "unpin racing the free")?;
+    newer_pin_intact(&other, newer, 1)
+}
+
+/// A DMA_MAP whose dma_map_pages loses the race to the free callback fails with ENXIO and
+/// must not map a newer pin's table. nvsim's `dma_map_delay_us` holds the call open.
+fn stale_dma_map_spares_a_newer_pin() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let (d, other) = (dev()?, dev()?);
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let peer = edu()?;
+    debugfs("dma_map_delay_us", "500000")?;
+    let raced = race_free_and_repin(&gpu, (id, va, 2 * K64), &other, || {
+        d.dma_map(p.handle, peer)
+    });
+    debugfs("dma_map_delay_us", "0")?;
+    let (mapped, newer) = raced?;
+    check_eq!(
+        fails(mapped, "dma_map racing the free")?,
+        Errno::NXIO,
+        "dma_map racing the free"
+    );
+    newer_pin_intact(&other, newer, 2)?;
+    ok(d.unpin(p.handle), "unpin of the revoked pin")
+}
+
+fn dma_map_checks_the_peer() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let nowhere = PciAddress {
+        domain: 0x7777,
+        bus: 0x42,
+        devfn: 0,
+    };
+    check_eq!(
+        fails(d.dma_map(p.handle, nowhere), "no such device")?,
+        Errno::NODEV,
+        "no such device"
+    );
+    let addrs = ok(d.dma_map(p.handle, edu()?), "dma_map")?;
+    let want = client(&format!("get {va} {K64}"))?;
+    let handle = harness::parse_pin(&want)
+        .ok_or(want.clone())?
+        .map_err(|e| format!("p2pclient: {e}"))?
+        .handle;
+    let mapped = client(&format!("map {handle} edu"))?;
+    let _ = client(&format!("unmap {handle} 0 edu"));
+    let _ = client(&format!("put {handle}"));
+    let expect: Vec<String> = addrs.iter().map(|a| format!("{a:#x}")).collect();
+    check!(
+        mapped.contains(&expect.join(",")),
+        "DMA addresses {expect:?}, p2pclient mapped '{mapped}'"
+    );
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// This subject's tests, in the order they run.
+pub const TESTS: &[Test] = &[
+    (
+        "gdrpeer-callback-revokes-a-held-pin",
+        callback_revokes_a_held_pin,
+    ),
+    ("gdrpeer-callback-during-pin", callback_during_pin),
+    ("gdrpeer-callback-during-hits", callback_during_hits),
+    ("gdrpeer-callback-during-unpin", callback_during_unpin),
+    ("gdrpeer-callback-during-close", callback_during_close),
+    (
+        "gdrpeer-callback-frees-live-dma-mappings",
+        callback_frees_live_dma_mappings,
+    ),
+    ("gdrpeer-dma-map-checks-the-peer", dma_map_checks_the_peer),
+    (
+        "gdrpeer-callback-waits-for-an-unmap",
+        callback_waits_for_an_unmap,
+    ),
+    (
+        "gdrpeer-stale-put-pages-spares-a-newer-pin",
+        stale_put_pages_spares_a_newer_pin,
+    ),
+    (
+        "gdrpeer-stale-dma-map-spares-a-newer-pin",
+        stale_dma_map_spares_a_newer_pin,
+    ),
+];

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The default run (`gdrpeer-test [FILTER]`): gdrpeer against nvsim, one file per subject,
+//! each with its table of tests. [`all`] puts the tables together in the order they run.
+
+pub mod badinput;
+mod cache;
+mod callback;
+mod pinning;
+pub mod processes;
+mod regcache;
+
+use nvsim::testing::Test;
+
+/// The subjects' tables, in the order they run.
+const SUBJECTS: [&[Test]; 6] = [
+    pinning::TESTS,
+    cache::TESTS,
+    callback::TESTS,
+    processes::TESTS,
+    badinput::TESTS,
+    regcache::TESTS,
+];
+
+/// Every test of the default run, in order.
+pub fn all() -> Vec<Test> {
+    SUBJECTS.concat()
+}
