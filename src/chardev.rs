@@ -182,9 +182,7 @@ impl MiscDevice for GdrpeerFile {
             uapi::IOCTL_DMA_MAP => dma_map(ctx, user),
             _ => stats(ctx, user),
         };
-        // The kernel-internal -ENOTSUPP must not reach user space.
         ret.map(|()| 0)
-            .map_err(|e| if e == ENOTSUPP { sys::eopnotsupp() } else { e })
     }
 }
 

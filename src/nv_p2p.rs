@@ -42,7 +42,7 @@
 //!   BAR pages with bus addresses. Their physical addresses need `page_to_phys()`, which Rust
 //!   cannot call (a C macro without a helper), and sixteen of them are seldom contiguous, so
 //!   gdrpeer refuses every Tegra table at pin time: `check_table` says so in the kernel log,
-//!   the table is given back and the pin fails with -ENOTSUPP. Tegra pins need a C helper for
+//!   the table is given back and the pin fails with -EOPNOTSUPP. Tegra pins need a C helper for
 //!   the physical addresses and a pin that may lack bus addresses; the DMA side is ready.
 //! - There is no persistent-pin API (`cfg(nv_p2p_persistent)` is off): -EOPNOTSUPP.
 
@@ -75,9 +75,17 @@ mod pin;
 
 pub(crate) use pin::{PinKind, PinOwner, Pinned, Unpinned};
 
-use kernel::ffi::c_void;
+use kernel::{error::to_result, ffi::c_void, prelude::*};
 
-use crate::range::GPU_PAGE_SIZE;
+use crate::{range::GPU_PAGE_SIZE, sys};
+
+/// The result of an nv-p2p call. NVIDIA returns the kernel-internal -ENOTSUPP (524) for what
+/// it does not support (a topology it cannot map, for one); -EOPNOTSUPP is the only "not
+/// supported" errno gdrpeer gives user space and peer drivers, so it is translated here, where
+/// NVIDIA's errors come in.
+fn nv_result(ret: kernel::ffi::c_int) -> Result {
+    to_result(ret).map_err(|e| if e == ENOTSUPP { sys::eopnotsupp() } else { e })
+}
 
 /// Page-table version of the header gdrpeer was built against.
 pub(crate) const PAGE_TABLE_VERSION: u32 = bindings::NVIDIA_P2P_PAGE_TABLE_VERSION;

@@ -40,11 +40,11 @@ pub(super) fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange
             "nv-p2p page table version {:#010x} is not supported (majors 1 and 2 are)\n",
             pt.version
         );
-        return Err(ENOTSUPP);
+        return Err(sys::eopnotsupp());
     }
     if pt.page_size != bindings::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB {
         pr_err!("nv-p2p page size {} is not 64 KiB\n", pt.page_size);
-        return Err(ENOTSUPP);
+        return Err(sys::eopnotsupp());
     }
     if u64::from(pt.entries) != range.pages() || pt.pages.is_null() {
         pr_err!(
@@ -70,14 +70,14 @@ pub(super) fn check_dma_mapping(
             map.version,
             DMA_MAPPING_VERSION
         );
-        return Err(ENOTSUPP);
+        return Err(sys::eopnotsupp());
     }
     if map.page_size_type != bindings::nvidia_p2p_page_size_type_NVIDIA_P2P_PAGE_SIZE_64KB {
         pr_err!(
             "nv-p2p DMA mapping page size {} is not 64 KiB\n",
             map.page_size_type
         );
-        return Err(ENOTSUPP);
+        return Err(sys::eopnotsupp());
     }
     if u64::from(map.entries) != range.pages() || map.dma_addresses.is_null() {
         pr_err!(

@@ -7,7 +7,6 @@
 
 use core::ptr::NonNull;
 use kernel::{
-    error::to_result,
     ffi::c_void,
     new_spinlock, pci,
     prelude::*,
@@ -19,7 +18,7 @@ use kernel::{
 };
 
 use super::{
-    bindings,
+    bindings, nv_result,
     sig::{
         check_dma_mapping, check_table, copy_bus_addresses, copy_dma_addresses, raw_dma_map,
         raw_dma_unmap, raw_get_pages, raw_get_pages_persistent, raw_put_pages,
@@ -196,9 +195,9 @@ impl Pinned {
 
     /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
     ///
-    /// Fails with nv-p2p's error, -ENOTSUPP for a table gdrpeer cannot read, -EOPNOTSUPP for
-    /// a persistent pin the driver does not offer, or -ENXIO when the memory was freed (the
-    /// callback ran) while pinning.
+    /// Fails with nv-p2p's error, -EOPNOTSUPP for a table gdrpeer cannot read or a persistent
+    /// pin the driver does not offer, or -ENXIO when the memory was freed (the callback ran)
+    /// while pinning.
     pub(crate) fn pin<T: PinOwner>(owner: &Arc<T>, module: &'static ThisModule) -> Result {
         let this = owner.pinned();
         let module = ModuleRef::get(module)?;
@@ -240,7 +239,7 @@ impl Pinned {
             },
         };
         drop(pass);
-        if let Err(e) = to_result(ret) {
+        if let Err(e) = nv_result(ret) {
             this.state.lock().phase = Phase::New;
             return Err(e);
         }
@@ -368,7 +367,7 @@ impl Pinned {
         // window since then is the one race the nv-p2p API leaves to its clients
         // (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps the
         // freed address from naming a table of ours meanwhile.
-        let made = to_result(unsafe { raw_dma_map(peer, *self.table.get(), &mut map) })
+        let made = nv_result(unsafe { raw_dma_map(peer, *self.table.get(), &mut map) })
             .and_then(|()| NonNull::new(map).ok_or(EIO));
         drop(pass);
         let map = match made {

@@ -33,7 +33,7 @@ pub(super) fn check_table(pt: &bindings::nvidia_p2p_page_table, _range: &GpuRang
         "nv-p2p Tegra page table of {} pages of system memory refused: gdrpeer pins only 64 KiB GPU BAR pages\n",
         pt.entries
     );
-    Err(ENOTSUPP)
+    Err(sys::eopnotsupp())
 }
 
 /// Checks the version and the segment arrays; [`copy_dma_addresses`] checks that the
@@ -50,7 +50,7 @@ pub(super) fn check_dma_mapping(
             map.version,
             DMA_MAPPING_VERSION
         );
-        return Err(ENOTSUPP);
+        return Err(sys::eopnotsupp());
     }
     if map.entries == 0 || map.hw_address.is_null() || map.hw_len.is_null() {
         pr_err!(
@@ -135,7 +135,7 @@ pub(super) unsafe fn copy_bus_addresses(
     _n: usize,
     _out: &mut KVVec<u64>,
 ) -> Result {
-    Err(ENOTSUPP)
+    Err(sys::eopnotsupp())
 }
 
 /// `nvidia_p2p_get_pages` of `len` bytes at `start` in the calling process.

@@ -172,6 +172,7 @@ run_plan() {
 	done
 	t gdrnic-skewed-build-refused test_gdrnic_skewed_build_refused
 	GDRNIC_FILTER="" gdrnic_suite
+	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000 gdrnic_suite page_table_version=0x00030000
 	cuda_suite
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1

@@ -32,12 +32,13 @@ gdrpeer_suite() {
 }
 
 # gdrpeer-test --nic (GDRNIC_FILTER picks the cases, GDRNIC_SUFFIX is appended
-# to their names): data moved by P2P DMA between the GPU BAR and edu. The
+# to their names, and the arguments go to nvsim.ko): data moved by P2P DMA
+# between the GPU BAR and edu. The
 # edu engine takes 100 ms a DMA, so an invalidate callback that waits for one
 # may take 200 ms: gdrpeer warns only past 1 s here.
 gdrnic_suite() {
 	unload_nv_stack
-	load $M/nvsim.ko && load $M/p2pclient.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 &&
+	load $M/nvsim.ko "$@" && load $M/p2pclient.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 &&
 		load $M/gdrnic.ko || { echo "@@ RESULT FAIL gdrnic-suite load"; unload_nv_stack; return; }
 	{ gdrpeer-test --nic "${GDRNIC_FILTER:-$TEST_FILTER}" 2>&1; echo $? >/tmp/gdrnic-test.rc; } |
 		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$GDRNIC_SUFFIX/"

@@ -39,6 +39,7 @@ run_plan() {
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
+	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000$S gdrnic_suite page_table_version=0x00030000
 	t stress-short$S stress_run 50000 3 3 1
 	t fuzz-short$S fuzz_run 50000 4 1
 	skip_absent kunit "KUnit (CONFIG_KUNIT)" /sys/kernel/debug/kunit

@@ -8,7 +8,7 @@ use crate::helpers::{
     all_released, eventually, gdrpeer_idle, gstat, p2pclient_addresses, param, pattern, K64,
 };
 use crate::proc;
-use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult};
+use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::OwnedFd,
@@ -358,6 +358,30 @@ fn free_during_receive_writes_no_freed_memory() -> TestResult {
     Ok(())
 }
 
+/// A registration that gdrpeer cannot serve (here a page table of a version it does not
+/// read, nvsim loaded with `page_table_version=0x00030000` by the plan) reaches the NIC driver
+/// as -EOPNOTSUPP, the errno gdrpeer-kapi.h promises, never the kernel-internal -ENOTSUPP
+/// (524), and leaves nothing pinned.
+fn unsupported_request_is_eopnotsupp() -> TestResult {
+    let version = stat("page_table_version")?;
+    if matches!(version >> 16, 1 | 2) {
+        return Err(format!(
+            "{SKIP}needs page tables gdrpeer cannot read (the plan runs it so)"
+        ));
+    }
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let n = nic()?;
+    expect_err(
+        n.reg(va, 2 * K64),
+        Errno::OPNOTSUPP,
+        &format!("registration with a {version:#010x} table"),
+    )?;
+    check_eq!(stat("pins_live")?, 0, "pins after the refusal");
+    drop((n, gpu));
+    all_released()
+}
+
 /// Bad requests fail with their errno and leave nothing behind.
 fn bad_requests() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
@@ -542,6 +566,10 @@ pub const TESTS: &[harness::Test] = &[
         free_during_receive_writes_no_freed_memory,
     ),
     ("gdrnic-bad-requests", bad_requests),
+    (
+        "gdrnic-unsupported-request-is-eopnotsupp",
+        unsupported_request_is_eopnotsupp,
+    ),
     (
         "gdrnic-fork-child-cannot-register",
         fork_child_cannot_register,
