@@ -8,10 +8,10 @@
 use core::ptr::NonNull;
 use kernel::{
     ffi::c_void,
-    new_spinlock, pci,
+    new_condvar, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{aref::ARef, Arc, SpinLock},
+    sync::{aref::ARef, Arc, CondVar, SpinLock},
     task::Task,
     time::{delay::fsleep, Delta, Instant, Monotonic},
     types::Opaque,
@@ -135,6 +135,10 @@ pub(crate) struct Pinned {
     table: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
     state: SpinLock<State>,
+    /// Signalled when a user of the table or a mapping call is done (`State::users` or
+    /// `State::mappers` went down), for the releasing thread that waits for them.
+    #[pin]
+    done: CondVar,
 }
 
 // SAFETY: `table` is only dereferenced under the access protocol of the type invariants, and
@@ -170,6 +174,7 @@ impl Pinned {
                 },
                 "Pinned::state"
             ),
+            done <- new_condvar!("Pinned::done"),
         })
     }
 
@@ -304,6 +309,7 @@ impl Pinned {
         }
         let r = f();
         self.state.lock().users -= 1;
+        self.done.notify_all();
         r
     }
 
@@ -375,6 +381,7 @@ impl Pinned {
             Err(e) => {
                 let mut s = self.state.lock();
                 s.mappers -= 1;
+                self.done.notify_all();
                 // Freed under the call: report it as every later access does.
                 return Err(if s.phase == Phase::Revoked { ENXIO } else { e });
             }
@@ -398,6 +405,7 @@ impl Pinned {
             });
         let mut s = self.state.lock();
         s.mappers -= 1;
+        self.done.notify_all();
         match read {
             Ok(addresses) if s.phase == Phase::Valid && s.maps.get(&key).is_none() => {
                 // INVARIANT: the mapping is checked and its addresses copied.
@@ -420,6 +428,7 @@ impl Pinned {
                 // `users` keeps a callback from letting the table go until we are done.
                 unsafe { raw_dma_unmap(peer, *self.table.get(), map.as_ptr()) };
                 self.state.lock().users -= 1;
+                self.done.notify_all();
                 read.map(|_| ())
             }
         }
@@ -531,9 +540,7 @@ impl Pinned {
         let mut s = self.state.lock();
         s.users -= 1;
         while s.users > 0 || s.mappers > 0 {
-            drop(s);
-            fsleep(Delta::from_micros(100));
-            s = self.state.lock();
+            self.done.wait(&mut s);
         }
     }
 
