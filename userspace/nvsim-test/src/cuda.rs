@@ -10,6 +10,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 type Res = c_uint;
 const SUCCESS: Res = 0;
 const INVALID_VALUE: Res = 1;
+const INVALID_CONTEXT: Res = 201;
 const ATTR_CONTEXT: c_uint = 1;
 const ATTR_MEMORY_TYPE: c_uint = 2;
 const ATTR_P2P_TOKENS: c_uint = 5;
@@ -17,7 +18,10 @@ const ATTR_SYNC_MEMOPS: c_uint = 6;
 const ATTR_BUFFER_ID: c_uint = 7;
 const ATTR_IS_MANAGED: c_uint = 8;
 const ATTR_DEVICE_ORDINAL: c_uint = 9;
+const MEMORYTYPE_HOST: c_uint = 1;
 const MEMORYTYPE_DEVICE: c_uint = 2;
+const DEV_ATTR_CC_MAJOR: c_uint = 75;
+const DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_uint = 116;
 
 #[repr(C)]
 #[derive(Default)]
@@ -32,6 +36,8 @@ pub struct Cuda {
     init: unsafe extern "C" fn(c_uint) -> Res,
     device_count: unsafe extern "C" fn(*mut c_int) -> Res,
     ctx_retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> Res,
+    ctx_set_current: unsafe extern "C" fn(*mut c_void) -> Res,
+    device_attr: unsafe extern "C" fn(*mut c_int, c_uint, c_int) -> Res,
     alloc: unsafe extern "C" fn(*mut u64, usize) -> Res,
     free: unsafe extern "C" fn(u64) -> Res,
     range: unsafe extern "C" fn(*mut u64, *mut usize, u64) -> Res,
@@ -40,6 +46,10 @@ pub struct Cuda {
     set_attr: unsafe extern "C" fn(*const c_void, c_uint, u64) -> Res,
     htod: unsafe extern "C" fn(u64, *const c_void, usize) -> Res,
     dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> Res,
+    memcpy: unsafe extern "C" fn(u64, u64, usize) -> Res,
+    memset: unsafe extern "C" fn(u64, u8, usize) -> Res,
+    alloc_host: unsafe extern "C" fn(*mut *mut c_void, usize) -> Res,
+    free_host: unsafe extern "C" fn(*mut c_void) -> Res,
     error_string: unsafe extern "C" fn(Res, *mut *const c_char) -> Res,
 }
 
@@ -59,6 +69,8 @@ impl Cuda {
             init: sym!(lib, b"cuInit"),
             device_count: sym!(lib, b"cuDeviceGetCount"),
             ctx_retain: sym!(lib, b"cuDevicePrimaryCtxRetain"),
+            ctx_set_current: sym!(lib, b"cuCtxSetCurrent"),
+            device_attr: sym!(lib, b"cuDeviceGetAttribute"),
             alloc: sym!(lib, b"cuMemAlloc_v2"),
             free: sym!(lib, b"cuMemFree_v2"),
             range: sym!(lib, b"cuMemGetAddressRange_v2"),
@@ -67,6 +79,10 @@ impl Cuda {
             set_attr: sym!(lib, b"cuPointerSetAttribute"),
             htod: sym!(lib, b"cuMemcpyHtoD_v2"),
             dtoh: sym!(lib, b"cuMemcpyDtoH_v2"),
+            memcpy: sym!(lib, b"cuMemcpy"),
+            memset: sym!(lib, b"cuMemsetD8_v2"),
+            alloc_host: sym!(lib, b"cuMemAllocHost_v2"),
+            free_host: sym!(lib, b"cuMemFreeHost"),
             error_string: sym!(lib, b"cuGetErrorString"),
             _lib: lib,
         })
@@ -85,7 +101,9 @@ impl Cuda {
         Self::ok(
             unsafe { (self.ctx_retain)(&mut ctx, 0) },
             "cuDevicePrimaryCtxRetain",
-        )
+        )?;
+        // As in CUDA, the retained primary context is not current until made so.
+        Self::ok(unsafe { (self.ctx_set_current)(ctx) }, "cuCtxSetCurrent")
     }
 
     fn alloc(&self, size: usize) -> Result<u64, String> {
@@ -247,4 +265,79 @@ pub fn p2p_tokens_pin() -> TestResult {
         "callback on cuMemFree"
     );
     Ok(())
+}
+
+/// Device attributes; a thread without a current context; cuMemsetD8 and cuMemcpy (device to
+/// device, host to device by unified addressing) seen through nvsim's mapping; host memory
+/// from cuMemAllocHost is CU_MEMORYTYPE_HOST.
+pub fn unified_memory() -> TestResult {
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    let (mut rdma, mut major) = (0, 0);
+    Cuda::ok(
+        unsafe { (cu.device_attr)(&mut rdma, DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED, 0) },
+        "GPU_DIRECT_RDMA_SUPPORTED",
+    )?;
+    Cuda::ok(
+        unsafe { (cu.device_attr)(&mut major, DEV_ATTR_CC_MAJOR, 0) },
+        "COMPUTE_CAPABILITY_MAJOR",
+    )?;
+    check_eq!((rdma, major), (1, 9), "device attributes");
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut p = 0;
+            unsafe { (cu.alloc)(&mut p, 65536) }
+        })
+        .join()
+    })
+    .map_err(|_| "thread panicked".to_string())?;
+    check_eq!(
+        r,
+        INVALID_CONTEXT,
+        "cuMemAlloc in a thread without a context"
+    );
+
+    let size = 2 * 65536;
+    let (a, b) = (cu.alloc(size)?, cu.alloc(size)?);
+    Cuda::ok(unsafe { (cu.memset)(a, 0xab, size) }, "cuMemsetD8")?;
+    Cuda::ok(unsafe { (cu.memcpy)(b, a, size) }, "cuMemcpy DtoD")?;
+    let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    check!(
+        gpu.read(b, size).map_err(harness::errno)? == vec![0xab; size],
+        "the BAR does not show what cuMemsetD8 + cuMemcpy wrote"
+    );
+    check_eq!(
+        unsafe { (cu.memset)(a + 10, 0, size) },
+        INVALID_VALUE,
+        "memset past the end"
+    );
+
+    let mut h = std::ptr::null_mut();
+    Cuda::ok(unsafe { (cu.alloc_host)(&mut h, 4096) }, "cuMemAllocHost")?;
+    let mut mt: c_uint = 0;
+    Cuda::ok(
+        unsafe {
+            (cu.get_attr)(
+                &mut mt as *mut c_uint as *mut c_void,
+                ATTR_MEMORY_TYPE,
+                h as u64,
+            )
+        },
+        "MEMORY_TYPE of host memory",
+    )?;
+    check_eq!(mt, MEMORYTYPE_HOST, "memory type");
+    unsafe { std::ptr::write_bytes(h as *mut u8, 0x5a, 4096) };
+    Cuda::ok(unsafe { (cu.memcpy)(a, h as u64, 4096) }, "cuMemcpy HtoD")?;
+    check!(
+        gpu.read(a, 4096).map_err(harness::errno)? == vec![0x5a; 4096],
+        "the BAR does not show what cuMemcpy wrote from host memory"
+    );
+    Cuda::ok(unsafe { (cu.free_host)(h) }, "cuMemFreeHost")?;
+    check_eq!(
+        unsafe { (cu.free_host)(h) },
+        INVALID_VALUE,
+        "double cuMemFreeHost"
+    );
+    Cuda::ok(unsafe { (cu.free)(a) }, "cuMemFree")?;
+    Cuda::ok(unsafe { (cu.free)(b) }, "cuMemFree")
 }

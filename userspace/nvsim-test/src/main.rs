@@ -411,6 +411,7 @@ const TESTS: &[Test] = &[
     ("libcuda-sim-buffer-id-tag-check", cuda::buffer_id_tag_check),
     ("libcuda-sim-memcpy-roundtrip", cuda::memcpy_roundtrip),
     ("libcuda-sim-p2p-tokens-pin", cuda::p2p_tokens_pin),
+    ("libcuda-sim-unified-memory", cuda::unified_memory),
 ];
 
 fn injected_fraction_of_failures() -> TestResult {

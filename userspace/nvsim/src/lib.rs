@@ -108,6 +108,14 @@ impl Gpu {
         })
     }
 
+    /// Sets `len` bytes of GPU memory at `va` to `byte` through nvsim's mapping.
+    pub fn fill(&self, va: u64, byte: u8, len: usize) -> Result<(), Errno> {
+        self.with_map(va, len, |p| {
+            // SAFETY: `p` maps at least `len` bytes (with_map).
+            unsafe { std::ptr::write_bytes(p, byte, len) }
+        })
+    }
+
     /// Reads `len` bytes of GPU memory at `va`.
     pub fn read(&self, va: u64, len: usize) -> Result<Vec<u8>, Errno> {
         let mut out = vec![0u8; len];

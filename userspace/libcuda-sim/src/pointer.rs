@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Pointer attributes, of device memory (nvsim's answers) and of host memory from
+//! `cuMemAllocHost_v2`. Unlike CUDA, they need no current context, so that a registration
+//! cache may ask from any thread.
+
+use crate::context::{context, with_gpu};
+use crate::errors::*;
+use crate::memory::{host_alloc, HostAlloc};
+use crate::{CUcontext, CUdeviceptr, CUresult};
+use std::ffi::{c_int, c_uint, c_void};
+
+pub const CU_POINTER_ATTRIBUTE_CONTEXT: c_uint = 1;
+pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_POINTER: c_uint = 3;
+pub const CU_POINTER_ATTRIBUTE_HOST_POINTER: c_uint = 4;
+pub const CU_POINTER_ATTRIBUTE_P2P_TOKENS: c_uint = 5;
+pub const CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: c_uint = 6;
+pub const CU_POINTER_ATTRIBUTE_BUFFER_ID: c_uint = 7;
+pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_uint = 8;
+pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+
+pub const CU_MEMORYTYPE_HOST: c_uint = 1;
+pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
+
+/// `CUDA_POINTER_ATTRIBUTE_P2P_TOKENS`.
+#[repr(C)]
+pub struct P2pTokens {
+    pub p2p_token: u64,
+    pub va_space_token: c_uint,
+}
+
+/// What a pointer points into.
+enum Target {
+    Device(nvsim::QueryArgs),
+    Host(HostAlloc),
+    /// Nothing this library allocated: every attribute has its null value.
+    Nothing,
+}
+
+fn target(gpu: &nvsim::Gpu, ptr: CUdeviceptr) -> Target {
+    match (gpu.query(ptr), host_alloc(ptr)) {
+        (Ok(q), _) => Target::Device(q),
+        (_, Some(h)) => Target::Host(h),
+        _ => Target::Nothing,
+    }
+}
+
+/// Writes one attribute of `ptr`, which points into `t`. P2P_TOKENS of host memory and
+/// HOST_POINTER of device memory are `CUDA_ERROR_INVALID_VALUE`, as CUDA documents them.
+unsafe fn write_attribute(
+    data: *mut c_void,
+    attr: c_uint,
+    ptr: CUdeviceptr,
+    t: &Target,
+) -> CUresult {
+    let (dev, host) = match t {
+        Target::Device(q) => (Some(q), None),
+        Target::Host(h) => (None, Some(h)),
+        Target::Nothing => (None, None),
+    };
+    let found = !matches!(t, Target::Nothing);
+    // SAFETY (all arms): the caller passes `data` pointing at the type CUDA documents for `attr`.
+    unsafe {
+        match attr {
+            CU_POINTER_ATTRIBUTE_CONTEXT => {
+                *(data as *mut CUcontext) = if found {
+                    context()
+                } else {
+                    std::ptr::null_mut()
+                }
+            }
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+                *(data as *mut c_uint) = match t {
+                    Target::Device(_) => CU_MEMORYTYPE_DEVICE,
+                    Target::Host(_) => CU_MEMORYTYPE_HOST,
+                    Target::Nothing => 0,
+                }
+            }
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER => {
+                *(data as *mut CUdeviceptr) = if found { ptr } else { 0 }
+            }
+            CU_POINTER_ATTRIBUTE_HOST_POINTER if dev.is_some() => return CUDA_ERROR_INVALID_VALUE,
+            CU_POINTER_ATTRIBUTE_HOST_POINTER => {
+                *(data as *mut *mut c_void) = if found {
+                    ptr as *mut c_void
+                } else {
+                    std::ptr::null_mut()
+                }
+            }
+            CU_POINTER_ATTRIBUTE_P2P_TOKENS if host.is_some() => return CUDA_ERROR_INVALID_VALUE,
+            CU_POINTER_ATTRIBUTE_P2P_TOKENS => {
+                let t = data as *mut P2pTokens;
+                (*t).p2p_token = dev.map_or(0, |q| q.p2p_token);
+                (*t).va_space_token = dev.map_or(0, |q| q.va_space);
+            }
+            CU_POINTER_ATTRIBUTE_SYNC_MEMOPS => {
+                *(data as *mut c_uint) = dev.map_or(0, |q| q.sync_memops)
+            }
+            CU_POINTER_ATTRIBUTE_BUFFER_ID => {
+                *(data as *mut u64) = match t {
+                    Target::Device(q) => q.buffer_id,
+                    Target::Host(h) => h.buffer_id,
+                    Target::Nothing => 0,
+                }
+            }
+            CU_POINTER_ATTRIBUTE_IS_MANAGED => *(data as *mut c_uint) = 0,
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => {
+                *(data as *mut c_int) = if found { 0 } else { -2 }
+            }
+            _ => return CUDA_ERROR_INVALID_VALUE,
+        }
+    }
+    CUDA_SUCCESS
+}
+
+/// `cuPointerGetAttribute`: CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, P2P_TOKENS,
+/// SYNC_MEMOPS, BUFFER_ID (host allocations count from 2^63, clear of nvsim's), IS_MANAGED
+/// (always 0) and DEVICE_ORDINAL. A pointer into nothing this library allocated, or another
+/// attribute, is `CUDA_ERROR_INVALID_VALUE`.
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attr: c_uint,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    if data.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    with_gpu(|gpu| match target(gpu, ptr) {
+        Target::Nothing => CUDA_ERROR_INVALID_VALUE,
+        // SAFETY: forwarded caller contract for `data`.
+        t => unsafe { write_attribute(data, attr, ptr, &t) },
+    })
+}
+
+/// `cuPointerGetAttributes`: the attributes of `cuPointerGetAttribute`, several at once.
+/// Unlike cuPointerGetAttribute, and as in CUDA, a pointer into nothing is not an error:
+/// every attribute gets its null value.
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attrs: *const c_uint,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    if attrs.is_null() || data.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    with_gpu(|gpu| {
+        let t = target(gpu, ptr);
+        for i in 0..count as usize {
+            // SAFETY: the caller passes `count` attributes and `count` data pointers.
+            let (attr, out) = unsafe { (*attrs.add(i), *data.add(i)) };
+            if out.is_null() {
+                return CUDA_ERROR_INVALID_VALUE;
+            }
+            // SAFETY: forwarded caller contract for `out`.
+            let r = unsafe { write_attribute(out, attr, ptr, &t) };
+            if r != CUDA_SUCCESS {
+                return r;
+            }
+        }
+        CUDA_SUCCESS
+    })
+}
+
+/// `cuPointerSetAttribute`: SYNC_MEMOPS of device memory, recorded by nvsim (it changes
+/// nothing there: every copy is synchronous). Other attributes: `CUDA_ERROR_NOT_SUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerSetAttribute(
+    value: *const c_void,
+    attr: c_uint,
+    ptr: CUdeviceptr,
+) -> CUresult {
+    if value.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS {
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    // SAFETY: SYNC_MEMOPS takes an unsigned int.
+    let v = unsafe { *(value as *const c_uint) };
+    with_gpu(|gpu| match gpu.set_sync_memops(ptr, u32::from(v != 0)) {
+        Ok(()) => CUDA_SUCCESS,
+        Err(_) => CUDA_ERROR_INVALID_VALUE,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::no_nvsim;
+
+    #[test]
+    fn values_are_cudas() {
+        // cuda.h's CUpointer_attribute and CUmemorytype.
+        let attrs = [
+            CU_POINTER_ATTRIBUTE_CONTEXT,
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+            CU_POINTER_ATTRIBUTE_HOST_POINTER,
+            CU_POINTER_ATTRIBUTE_P2P_TOKENS,
+            CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+            CU_POINTER_ATTRIBUTE_BUFFER_ID,
+            CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        assert_eq!(attrs, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!((CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE), (1, 2));
+    }
+
+    /// Reads attribute `attr` of `ptr` in `t` as a `T`.
+    fn get<T: Copy>(attr: c_uint, ptr: u64, t: &Target, init: T) -> Result<T, CUresult> {
+        let mut v = init;
+        // SAFETY: `v` is the type the test names for `attr`.
+        match unsafe { write_attribute(&mut v as *mut T as *mut c_void, attr, ptr, t) } {
+            CUDA_SUCCESS => Ok(v),
+            e => Err(e),
+        }
+    }
+
+    #[test]
+    fn attributes_by_target() {
+        let q = nvsim::QueryArgs {
+            va: 0x2_0000_1000,
+            base: 0x2_0000_0000,
+            size: 1 << 20,
+            buffer_id: 7,
+            p2p_token: 0xabc,
+            va_space: 3,
+            sync_memops: 1,
+        };
+        let dev = Target::Device(q);
+        let h = HostAlloc {
+            base: 0x5000,
+            size: 4096,
+            buffer_id: 1 << 63,
+        };
+        let host = Target::Host(h);
+        let p = 0x2_0000_1000;
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p, &dev, 0),
+            Ok(CU_MEMORYTYPE_DEVICE)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0x5010, &host, 0),
+            Ok(CU_MEMORYTYPE_HOST)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 9, &Target::Nothing, 5),
+            Ok(0)
+        );
+        assert_eq!(get(CU_POINTER_ATTRIBUTE_BUFFER_ID, p, &dev, 0u64), Ok(7));
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_BUFFER_ID, 0x5010, &host, 0u64),
+            Ok(1 << 63)
+        );
+        assert_eq!(get(CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p, &dev, 0), Ok(1));
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, 0x5010, &host, 9),
+            Ok(0)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 0x5010, &host, 9),
+            Ok(0)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, 9, &Target::Nothing, 9),
+            Ok(-2)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_DEVICE_POINTER, 0x5010, &host, 0u64),
+            Ok(0x5010)
+        );
+        assert_eq!(
+            get(
+                CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                0x5010,
+                &host,
+                std::ptr::null_mut()
+            ),
+            Ok(0x5010 as *mut c_void)
+        );
+        assert_eq!(
+            get(
+                CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                p,
+                &dev,
+                std::ptr::null_mut::<c_void>()
+            ),
+            Err(CUDA_ERROR_INVALID_VALUE)
+        );
+        assert_eq!(
+            get(
+                CU_POINTER_ATTRIBUTE_CONTEXT,
+                0x5010,
+                &host,
+                std::ptr::null_mut()
+            ),
+            Ok(context())
+        );
+        let mut tokens = P2pTokens {
+            p2p_token: 0,
+            va_space_token: 0,
+        };
+        let out = &mut tokens as *mut P2pTokens as *mut c_void;
+        // SAFETY (both calls): `out` is a P2pTokens.
+        unsafe {
+            assert_eq!(
+                write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, p, &dev),
+                CUDA_SUCCESS
+            );
+            assert_eq!((tokens.p2p_token, tokens.va_space_token), (0xabc, 3));
+            assert_eq!(
+                write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, 0x5010, &host),
+                CUDA_ERROR_INVALID_VALUE
+            );
+        }
+        for unknown in [0, 10, 17, 1000] {
+            assert_eq!(get(unknown, p, &dev, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
+        }
+    }
+
+    #[test]
+    fn argument_checks_and_no_device() {
+        let mut v = 0u64;
+        let out = &mut v as *mut u64 as *mut c_void;
+        let one: c_uint = 1;
+        let one_p = &one as *const c_uint as *const c_void;
+        // SAFETY (all calls): null pointers are refused before use; others are valid.
+        unsafe {
+            assert_eq!(
+                cuPointerGetAttribute(std::ptr::null_mut(), 7, 1 << 33),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuPointerGetAttributes(1, std::ptr::null(), std::ptr::null_mut(), 1 << 33),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuPointerSetAttribute(std::ptr::null(), 6, 1 << 33),
+                CUDA_ERROR_INVALID_VALUE
+            );
+            assert_eq!(
+                cuPointerSetAttribute(one_p, 7, 1 << 33),
+                CUDA_ERROR_NOT_SUPPORTED
+            );
+            if no_nvsim() {
+                assert_eq!(
+                    cuPointerGetAttribute(out, 7, 1 << 33),
+                    CUDA_ERROR_NOT_INITIALIZED
+                );
+                assert_eq!(
+                    cuPointerSetAttribute(one_p, 6, 1 << 33),
+                    CUDA_ERROR_NOT_INITIALIZED
+                );
+            }
+        }
+    }
+}
