@@ -32,8 +32,8 @@
 //!
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
-//! 1. Kernel services the `kernel` crate lacks ([`sys`]) and the nv-p2p wrapper ([`nv_p2p`],
-//!    with the table gate [`gate`]).
+//! 1. Kernel services the `kernel` crate lacks ([`sys`], and PFN mappings for user space in
+//!    [`vma`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
 //!    ([`params`]), counters ([`stats`]), the module environment ([`env`]) and the cache
 //!    ([`cache`]).
@@ -73,6 +73,7 @@ mod range;
 mod stats;
 mod sys;
 mod uapi;
+mod vma;
 
 use kernel::{debugfs, prelude::*};
 
