@@ -31,9 +31,9 @@ use crate::{
 };
 
 /// What a front-end registers on a region to hear that NVIDIA freed it (the kernel API's
-/// invalidate callbacks). Called once, from NVIDIA's free callback: under NVIDIA's lock, in
-/// atomic context as far as the front-end knows, so it must not sleep on anything that waits
-/// for the engine.
+/// invalidate callbacks, the zap of `/dev/gdrpeer`'s CPU mappings). Called once, from NVIDIA's
+/// free callback, after the region's readers left and before the table is freed: under
+/// NVIDIA's lock, so it must not sleep on anything that waits for the engine.
 pub(crate) trait Notifier: Send + Sync {
     /// The region's memory is being freed: stop using its addresses before returning.
     fn notify(&self);

@@ -153,8 +153,8 @@ struct gdrpeer_stats {
  *
  * where off is a multiple of 4 KiB (the CPU page size) and off + len lies in
  * the window: the mapping shows the window's bytes [off, off + len). Any
- * number of mappings of a handle, at any such offset, may coexist. Handles
- * must be below 2^23 to be mappable (the offset is a signed 64-bit off_t).
+ * number of mappings of a handle, at any such offset, may coexist. Only
+ * handles below 2^24 can be encoded (the offset has 64 bits).
  * Pages are mapped write-combining, on first access.
  *
  * - Only the process that opened the file may map it (-EACCES); MAP_SHARED

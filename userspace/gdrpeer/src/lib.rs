@@ -511,6 +511,13 @@ impl Device {
     /// through it raises SIGBUS.
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         use rustix::mm::{mmap, MapFlags, ProtFlags};
+        if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
+            // GDRPEER_MMAP_OFFSET cannot encode it.
+            return Err(Error::Ioctl {
+                op: Op::Mmap,
+                errno: Errno::OVERFLOW,
+            });
+        }
         // SAFETY: a new mapping at an address of the kernel's choice replaces
         // nothing; the Mapping owns it and unmaps it once.
         let ptr = unsafe {
