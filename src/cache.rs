@@ -12,7 +12,11 @@ use kernel::{
     fmt, new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, Mutex, SpinLock},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, CondVar, LockedBy, Mutex, SpinLock,
+    },
     task::Task,
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
@@ -27,9 +31,9 @@ use crate::{
 };
 
 /// What a front-end registers on a region to hear that NVIDIA freed it (the kernel API's
-/// invalidate callbacks). Called once, from NVIDIA's free callback: under NVIDIA's lock, in
-/// atomic context as far as the front-end knows, so it must not sleep on anything that waits
-/// for the engine.
+/// invalidate callbacks, the zap of `/dev/gdrpeer`'s CPU mappings). Called once, from NVIDIA's
+/// free callback, after the region's readers left and before the table is freed: under
+/// NVIDIA's lock, so it must not sleep on anything that waits for the engine.
 pub(crate) trait Notifier: Send + Sync {
     /// The region's memory is being freed: stop using its addresses before returning.
     fn notify(&self);
@@ -39,6 +43,25 @@ pub(crate) trait Notifier: Send + Sync {
 pub(crate) struct Handle {
     region: Arc<Region>,
     window: GpuRange,
+    /// Live CPU mappings of the window ([`Context::map_handle`]), made on the first; while it
+    /// is above zero the handle cannot be unpinned, so its region stays in use.
+    mappings: Option<Arc<MapCount>>,
+}
+
+/// The number of live CPU mappings of one handle. It goes up under [`Context::inner`] and
+/// down without it, from a mapping's `close` (under the process's `mmap_lock`, where the
+/// engine must take none of its locks).
+pub(crate) struct MapCount(Atomic<u64>);
+
+impl MapCount {
+    /// A mapping of the handle went away.
+    pub(crate) fn put(&self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+
+    fn live(&self) -> bool {
+        self.0.load(Relaxed) != 0
+    }
 }
 
 /// The state of a context's cache, protected by [`Context::inner`].
@@ -268,6 +291,7 @@ impl Context {
             Handle {
                 region: region.clone(),
                 window: range,
+                mappings: None,
             },
             GFP_KERNEL,
         );
@@ -349,8 +373,14 @@ impl Context {
 
     /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin); a
     /// private region ([`Sharing::Private`]) is given back at once.
+    ///
+    /// Fails with -EBUSY while the handle is mapped ([`Context::map_handle`]).
     pub(crate) fn unpin(&self, handle: u64) -> Result {
         let mut inner = self.inner.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        if h.mappings.as_ref().is_some_and(|m| m.live()) {
+            return Err(EBUSY);
+        }
         let h = inner.handles.remove(&handle).ok_or(EINVAL)?;
         inner.stats.handles -= 1;
         self.drop_ref(&mut inner, &h.region);
@@ -388,6 +418,24 @@ impl Context {
         let inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         Ok((h.region.clone(), h.window))
+    }
+
+    /// Notes a new CPU mapping of a handle: until the returned count is put
+    /// ([`MapCount::put`]) the handle cannot be unpinned, so its region stays in use (never
+    /// evicted nor released). Returns the handle's region and window with it.
+    pub(crate) fn map_handle(&self, handle: u64) -> Result<(Arc<Region>, GpuRange, Arc<MapCount>)> {
+        let mut inner = self.inner.lock();
+        let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
+        let count = match &h.mappings {
+            Some(count) => count.clone(),
+            None => {
+                let count = Arc::new(MapCount(Atomic::new(0)), GFP_KERNEL)?;
+                h.mappings = Some(count.clone());
+                count
+            }
+        };
+        count.0.fetch_add(1, Relaxed);
+        Ok((h.region.clone(), h.window, count))
     }
 
     /// What GET_INFO reports.

@@ -5,16 +5,19 @@
 //! Each open file is a registration-cache [`Context`] of the opening process. Every ioctl but
 //! GET_VERSION must come from that process: another one (a child after fork, or a receiver of
 //! the file over a socket) gets -EACCES, because NVIDIA knows the memory only by the tgid that
-//! pinned it.
+//! pinned it. So does mmap, which maps a handle's window for the CPU ([`CpuMap`]).
 
 use kernel::{
     debugfs,
     fs::File,
     ioctl::_IOC_SIZE,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
+    mm::virt::VmaNew,
+    page::PAGE_SHIFT,
     prelude::*,
     str::CString,
     sync::{
+        aref::ARef,
         atomic::{Atomic, Relaxed},
         Arc,
     },
@@ -24,14 +27,15 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Sharing},
+    cache::{Context, MapCount, Notifier, Region, Sharing},
     env::Env,
     nv_p2p::{self, PinKind},
     params,
-    range::{GpuRange, GPU_PAGE_SIZE},
+    range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
     stats::{Stats, GLOBAL},
     sys::{self, ModuleRef},
     uapi,
+    vma::{self, Fault, FaultResult, PfnMapper},
 };
 
 /// The device: `/dev/gdrpeer` and the debugfs directory of its open files.
@@ -154,6 +158,17 @@ impl MiscDevice for GdrpeerFile {
         }
     }
 
+    /// Maps a handle's window: the offset is `GDRPEER_MMAP_OFFSET(handle, off)`.
+    fn mmap(me: &GdrpeerFile, file: &File, vma: &VmaNew) -> Result {
+        if !me.ctx.is_owner() {
+            return Err(EACCES);
+        }
+        if !vma::is_shared(vma) {
+            return Err(EINVAL);
+        }
+        CpuMap::install(&me.ctx, file, vma)
+    }
+
     fn ioctl(me: &GdrpeerFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
         let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
         if cmd == uapi::IOCTL_GET_VERSION {
@@ -183,6 +198,118 @@ impl MiscDevice for GdrpeerFile {
             _ => stats(ctx, user),
         };
         ret.map(|()| 0)
+    }
+}
+
+/// `GDRPEER_MMAP_HANDLE_SHIFT` in pages: a mapping's file offset in pages is the handle
+/// shifted by this, plus the page in the window.
+const MMAP_HANDLE_SHIFT_PAGES: u32 = uapi::MMAP_HANDLE_SHIFT - PAGE_SHIFT as u32;
+
+/// A CPU mapping of a handle's window: what one mmap call made, shared by the vmas it
+/// becomes (split, moved); dropped with the last of them (munmap, exit).
+///
+/// Pages are inserted on fault only, from the pin's bus addresses read with the pin's access
+/// held ([`nv_p2p::Pinned::with_bus_address`]), so no fault inserts a page of a freed table.
+/// While it lives the handle cannot be unpinned (-EBUSY) and the vmas hold the file, so its
+/// region stays in use: never evicted, never released. When NVIDIA frees the memory, the
+/// free callback zaps every mapping of the window ([`Zap`]) after the last fault left and
+/// before the table is freed; later faults find the pin revoked and get SIGBUS.
+struct CpuMap {
+    region: Arc<Region>,
+    window: GpuRange,
+    /// The file offset of the window's first byte, in pages.
+    base: usize,
+    /// The handle's count of mappings, put when this goes.
+    count: Arc<MapCount>,
+    /// The [`Zap`] registered on the region.
+    notifier: u64,
+}
+
+impl CpuMap {
+    /// Checks the mapping a new `vma` asks for and installs it.
+    fn install(ctx: &Context, file: &File, vma: &VmaNew) -> Result {
+        let pgoff = vma::pgoff(vma) as u64;
+        let handle = pgoff >> MMAP_HANDLE_SHIFT_PAGES;
+        let offset = (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT;
+        let len = (vma.end() - vma.start()) as u64;
+        let (region, window, count) = ctx.map_handle(handle)?;
+        let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
+        let zap = || {
+            if offset + len > window.len() {
+                return Err(EINVAL);
+            }
+            let zap = Zap {
+                file: ARef::from(file),
+                base,
+                pages: (window.len() >> PAGE_SHIFT) as usize,
+            };
+            // -ENXIO once the memory was freed.
+            region.add_notifier(KBox::new(zap, GFP_KERNEL)?)
+        };
+        let notifier = match zap() {
+            Ok(id) => id,
+            Err(e) => {
+                count.put();
+                return Err(e);
+            }
+        };
+        let map = CpuMap {
+            region,
+            window,
+            base,
+            count,
+            notifier,
+        };
+        // Dropping `map` on failure undoes both.
+        vma::install(vma, Arc::new(map, GFP_KERNEL)?);
+        Ok(())
+    }
+}
+
+impl PfnMapper for CpuMap {
+    fn fault(&self, fault: &Fault<'_>) -> FaultResult {
+        let Some(page) = fault.pgoff().checked_sub(self.base) else {
+            return FaultResult::SIGBUS;
+        };
+        let byte = (page as u64) << PAGE_SHIFT;
+        if byte >= self.window.len() {
+            return FaultResult::SIGBUS;
+        }
+        let pinned = self.region.pinned();
+        let gpu_page =
+            self.window.first_page_in(pinned.range()) + (byte >> GPU_PAGE_SHIFT) as usize;
+        let within = byte & (GPU_PAGE_SIZE - 1);
+        // -ENXIO: revoked (or being released, which cannot happen while mapped).
+        pinned
+            .with_bus_address(gpu_page, |bus| {
+                fault.insert_pfn((bus + within) >> PAGE_SHIFT)
+            })
+            .unwrap_or(FaultResult::SIGBUS)
+    }
+}
+
+impl Drop for CpuMap {
+    fn drop(&mut self) {
+        // Waits if the free callback is zapping meanwhile; the vmas still hold the file.
+        self.region.remove_notifier(self.notifier);
+        self.count.put();
+    }
+}
+
+/// Zaps the CPU mappings of a window when NVIDIA frees the region: every vma of the file
+/// that maps the handle's offsets, in any process (the region's readers are gone by then,
+/// so no fault re-inserts a page). Holds the file, which keeps its address space alive; the
+/// cycle through the file's context is broken when the mapping goes (the notifier is removed)
+/// or the callback consumes the notifier.
+struct Zap {
+    file: ARef<File>,
+    base: usize,
+    pages: usize,
+}
+
+impl Notifier for Zap {
+    fn notify(&self) {
+        vma::unmap_file_pages(&self.file, self.base, self.pages);
     }
 }
 

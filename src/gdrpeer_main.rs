@@ -32,8 +32,8 @@
 //!
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
-//! 1. Kernel services the `kernel` crate lacks ([`sys`]) and the nv-p2p wrapper ([`nv_p2p`],
-//!    with the table gate [`gate`]).
+//! 1. Kernel services the `kernel` crate lacks ([`sys`], and PFN mappings for user space in
+//!    [`vma`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
 //!    ([`params`]), counters ([`stats`]), the module environment ([`env`]) and the cache
 //!    ([`cache`]).
@@ -58,6 +58,14 @@
 //! The free callback takes only locks of level 4: the rest of its work (taking the region out
 //! of the tree and out of the accounting) is queued to the engine's work item, which takes 1
 //! then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
+//!
+//! CPU mappings ([`chardev`] over [`vma`]) bring the kernel's mm locks in: a process's
+//! `mmap_lock` comes before lock 1 (mmap looks the handle up under it); the file's
+//! `i_mmap_rwsem` and the page-table locks come after lock 3 (the free callback's notifiers
+//! zap the mappings with `unmap_mapping_pages`, after the pin's readers, faults included,
+//! left and before the table is freed). A fault takes only lock 4 and the page-table lock,
+//! never `i_mmap_rwsem` nor lock 1; a vma's `close` takes no lock of the engine's and calls
+//! no nv-p2p function; the callback never takes `mmap_lock`.
 
 // The layers, each using only those above it (Documentation/design.rst, "Source map"):
 // kernel services and the nv-p2p wrapper; the pin engine; the front-ends.
@@ -73,6 +81,7 @@ mod range;
 mod stats;
 mod sys;
 mod uapi;
+mod vma;
 
 use kernel::{debugfs, prelude::*};
 

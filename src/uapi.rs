@@ -51,6 +51,10 @@ pub(crate) const STATE_VALID: u32 = bindings::GDRPEER_STATE_VALID;
 /// `GDRPEER_STATE_REVOKED`.
 pub(crate) const STATE_REVOKED: u32 = bindings::GDRPEER_STATE_REVOKED;
 
+/// `GDRPEER_MMAP_HANDLE_SHIFT`: an mmap offset is the handle shifted by this, plus the byte
+/// offset in the window.
+pub(crate) const MMAP_HANDLE_SHIFT: u32 = bindings::GDRPEER_MMAP_HANDLE_SHIFT;
+
 /// ABI version reported by `GDRPEER_IOCTL_GET_VERSION`.
 pub(crate) const ABI_VERSION: u32 = bindings::GDRPEER_ABI_VERSION;
 

@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 1
+#define GDRPEER_ABI_MINOR 2
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -143,6 +143,37 @@ struct gdrpeer_stats {
 	struct gdrpeer_cache_stats file;	/* out: this file's cache */
 	struct gdrpeer_cache_stats global;	/* out: all caches; deferred: still waiting */
 };
+
+/*
+ * Since ABI 1.2: CPU access by mmap. A handle's window (the pin request
+ * rounded to 64 KiB pages, from aligned_va) is mapped with
+ *
+ *	mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+ *	     GDRPEER_MMAP_OFFSET(handle, off));
+ *
+ * where off is a multiple of 4 KiB (the CPU page size) and off + len lies in
+ * the window: the mapping shows the window's bytes [off, off + len). Any
+ * number of mappings of a handle, at any such offset, may coexist. Only
+ * handles below 2^24 can be encoded (the offset has 64 bits).
+ * Pages are mapped write-combining, on first access.
+ *
+ * - Only the process that opened the file may map it (-EACCES); MAP_SHARED
+ *   only (-EINVAL for MAP_PRIVATE); a range past the window or an unknown
+ *   handle: -EINVAL; memory the driver freed already: -ENXIO. The mapping
+ *   cannot grow (mremap) and is not inherited across fork (the child has no
+ *   mapping there).
+ * - While a handle is mapped, UNPIN of it fails with -EBUSY, and the mapping
+ *   keeps the file open (close() of the descriptor does not end it): the
+ *   pages stay pinned until munmap.
+ * - When the driver frees the memory (cuMemFree, the owner's exit), every
+ *   mapping of it is torn down before the driver's page table is freed; a
+ *   later access raises SIGBUS. GET_INFO then reports GDRPEER_STATE_REVOKED;
+ *   munmap and UNPIN the handle.
+ */
+#define GDRPEER_MMAP_HANDLE_SHIFT 40
+#define GDRPEER_MMAP_OFFSET_MASK ((1ULL << GDRPEER_MMAP_HANDLE_SHIFT) - 1)
+#define GDRPEER_MMAP_OFFSET(handle, off) \
+	(((__u64)(handle) << GDRPEER_MMAP_HANDLE_SHIFT) | ((__u64)(off) & GDRPEER_MMAP_OFFSET_MASK))
 
 #define GDRPEER_IOCTL_PIN _IOWR(GDRPEER_IOCTL_MAGIC, 1, struct gdrpeer_pin)
 #define GDRPEER_IOCTL_UNPIN _IOW(GDRPEER_IOCTL_MAGIC, 2, struct gdrpeer_unpin)

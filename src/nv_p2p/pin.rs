@@ -68,9 +68,10 @@ pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
     /// lock that gdrpeer holds while calling nv-p2p, nor call nv-p2p; queue work instead.
     fn revoked(this: Arc<Self>);
 
-    /// Called from the free callback once the pin is marked revoked and before its DMA
-    /// mappings are freed, so that peers stop using them. Runs under NVIDIA's global lock,
-    /// with the same restrictions as [`PinOwner::revoked`]; it may sleep briefly.
+    /// Called from the free callback once the pin is marked revoked and its readers left,
+    /// and before its DMA mappings and its table are freed, so that peers stop using them and
+    /// CPU mappings of its pages are zapped. Runs under NVIDIA's global lock, with the same
+    /// restrictions as [`PinOwner::revoked`]; it may sleep briefly.
     fn invalidate(&self) {}
 }
 
@@ -341,6 +342,30 @@ impl Pinned {
         Ok(())
     }
 
+    /// Runs `f` with the bus address of page `page` while the callback cannot complete, for
+    /// a CPU mapping's fault: `f` inserts the address into a page table, and the callback
+    /// waits for it before it zaps the mappings and lets NVIDIA free the table
+    /// ([`Pinned::revoke`]), so no page-table entry outlives the table.
+    ///
+    /// Unlike other readers, `f` may take page-table locks and allocate a page table (it
+    /// holds no lock of gdrpeer's and never waits for NVIDIA's lock, so the callback's wait
+    /// stays bounded). Fails with -ENXIO unless the pin is valid, -EINVAL beyond the range.
+    pub(crate) fn with_bus_address<R>(&self, page: usize, f: impl FnOnce(u64) -> R) -> Result<R> {
+        let address = {
+            let mut s = self.state.lock();
+            if s.phase != Phase::Valid {
+                return Err(ENXIO);
+            }
+            let address = *s.addresses.get(page).ok_or(EINVAL)?;
+            s.users += 1;
+            address
+        };
+        let r = f(address);
+        self.state.lock().users -= 1;
+        self.done.notify_all();
+        Ok(r)
+    }
+
     /// Makes (once per peer) a DMA mapping of the whole pin for `peer`.
     ///
     /// Fails with -ENXIO once revoked or released, or with nv-p2p's error.
@@ -544,41 +569,54 @@ impl Pinned {
         }
     }
 
-    /// The free callback's work: withdraw access, wait for readers, free the mappings and the
-    /// table. Runs under NVIDIA's global lock.
+    /// The free callback's work: withdraw access, wait for readers, tell the owner (peers
+    /// and CPU mappings stop using the addresses), free the mappings and the table. Runs
+    /// under NVIDIA's global lock.
     fn revoke<T: PinOwner>(owner: &T) {
         let this = owner.pinned();
         this.state.lock().phase = Phase::Revoked;
-        // Peers stop using the DMA addresses before the mappings go.
+        // No reader is left once this returns, and none can come (the phase is Revoked): a
+        // fault inserting a page-table entry ([`Pinned::with_bus_address`]) is done before
+        // the owner zaps the CPU mappings, so none survives the zap.
+        this.wait_for_users();
+        // Peers and CPU mappings stop using the addresses before the mappings and the table
+        // go.
         owner.invalidate();
         this.free_revoked();
     }
 
-    /// Waits for readers of a revoked pin, then frees its DMA mappings and its table.
+    /// Waits for the readers of a revoked pin to leave.
+    fn wait_for_users(&self) {
+        // Readers hold access only to copy addresses or insert one page-table entry, without
+        // waiting for anything that waits for NVIDIA's lock, so this wait is bounded. It
+        // cannot be cut short (the table would be freed under a reader), and CondVar offers
+        // timeouts only for interruptible waits: poll.
+        let mut s = self.state.lock();
+        let start = Instant::<Monotonic>::now();
+        let mut warned = false;
+        while s.users > 0 {
+            drop(s);
+            fsleep(Delta::from_micros(100));
+            s = self.state.lock();
+            if !warned && s.users > 0 && start.elapsed() > REVOKE_WAIT {
+                warned = true;
+                pr_warn!(
+                    "revoking {:#x}+{:#x}: {} users (address readers, faults, unmaps) still active after {} ms\n",
+                    self.range.start(),
+                    self.range.len(),
+                    s.users,
+                    REVOKE_WAIT.as_millis()
+                );
+            }
+        }
+    }
+
+    /// Frees the DMA mappings and the table of a revoked pin whose readers left
+    /// ([`Pinned::wait_for_users`]).
     fn free_revoked(&self) {
         let maps = {
             let mut s = self.state.lock();
-            // Readers hold access only to copy addresses, without sleeping or taking another
-            // lock, so this wait is bounded by one copy. It cannot be cut short (the table
-            // would be freed under a reader), and CondVar offers timeouts only for
-            // interruptible waits: poll.
-            let start = Instant::<Monotonic>::now();
-            let mut warned = false;
-            while s.users > 0 {
-                drop(s);
-                fsleep(Delta::from_micros(100));
-                s = self.state.lock();
-                if !warned && s.users > 0 && start.elapsed() > REVOKE_WAIT {
-                    warned = true;
-                    pr_warn!(
-                        "revoking {:#x}+{:#x}: {} users (address readers, unmaps) still active after {} ms\n",
-                        self.range.start(),
-                        self.range.len(),
-                        s.users,
-                        REVOKE_WAIT.as_millis()
-                    );
-                }
-            }
+            // Nobody takes access once the phase is Revoked: `users` stays 0.
             core::mem::take(&mut s.maps)
         };
         for (_, dma) in maps.iter() {

@@ -84,11 +84,15 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
         (Op::GetVersion, _) => "",
         (_, Errno::ACCESS) => " (the file belongs to another process)",
         (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
+        (Op::Mmap, Errno::INVAL) => {
+            " (unknown handle, MAP_PRIVATE, or a range past the handle's window)"
+        }
         (_, Errno::INVAL) => " (bad size, flags, length or handle)",
         (Op::GetPages | Op::DmaMap, Errno::PERM) => " (needs CAP_SYS_RAWIO)",
         (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
             " (the address array is shorter than the window)"
         }
+        (Op::Unpin, Errno::BUSY) => " (the handle is mapped: munmap it first)",
         (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
         (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
         (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
@@ -105,6 +109,73 @@ impl Error {
         }
     }
 }
+
+/// A CPU mapping of a window of pinned GPU memory ([`Device::map`]),
+/// unmapped on drop.
+///
+/// The memory is device memory shared with the GPU and other mappings, so it
+/// is accessed through raw pointers ([`Mapping::as_ptr`]) or the volatile
+/// copies [`Mapping::read`] and [`Mapping::write`], never as a Rust slice.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// The first byte of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty (never: mmap refuses empty mappings).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `out.len()` bytes from byte `at` of the mapping, one volatile
+    /// read each. Panics past the end.
+    pub fn read(&self, at: usize, out: &mut [u8]) {
+        assert!(at.checked_add(out.len()).is_some_and(|end| end <= self.len));
+        for (i, b) in out.iter_mut().enumerate() {
+            // SAFETY: in bounds (checked above) of a live mapping we own.
+            *b = unsafe { self.ptr.add(at + i).read_volatile() };
+        }
+    }
+
+    /// Copies `data` to byte `at` of the mapping, one volatile write each,
+    /// then drains the CPU's write-combining buffers (a full fence), so that
+    /// other observers see the bytes. Panics past the end.
+    pub fn write(&self, at: usize, data: &[u8]) {
+        assert!(at
+            .checked_add(data.len())
+            .is_some_and(|end| end <= self.len));
+        for (i, b) in data.iter().enumerate() {
+            // SAFETY: in bounds (checked above) of a live, writable mapping we own.
+            unsafe { self.ptr.add(at + i).write_volatile(*b) };
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours (Device::map) and unmapped only here.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain shared memory, usable from any thread; the
+// Mapping only unmaps it on drop.
+unsafe impl Send for Mapping {}
+// SAFETY: all access goes through raw pointers and volatile copies, which
+// make no aliasing promises.
+unsafe impl Sync for Mapping {}
 
 /// The gdrpeer ioctls, as [`Error::Ioctl`] names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -123,6 +194,8 @@ pub enum Op {
     DmaMap,
     /// `GDRPEER_IOCTL_STATS`.
     Stats,
+    /// mmap(2) of a handle's window (`GDRPEER_MMAP_OFFSET`).
+    Mmap,
 }
 
 /// The ioctl's name without `GDRPEER_IOCTL_`.
@@ -136,6 +209,7 @@ impl fmt::Display for Op {
             Op::GetPages => "GET_PAGES",
             Op::DmaMap => "DMA_MAP",
             Op::Stats => "STATS",
+            Op::Mmap => "mmap",
         })
     }
 }
@@ -428,6 +502,42 @@ impl Device {
                 ..uapi::DmaMap::new()
             },
         )
+    }
+
+    /// Maps `len` bytes of `handle`'s window, from byte `offset` (a multiple
+    /// of 4 KiB), for CPU access: write-combining, shared, unmapped when the
+    /// returned [`Mapping`] is dropped. While it lives, UNPIN of the handle
+    /// fails with `EBUSY`; should the GPU memory be freed meanwhile, access
+    /// through it raises SIGBUS.
+    pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
+            // GDRPEER_MMAP_OFFSET cannot encode it.
+            return Err(Error::Ioctl {
+                op: Op::Mmap,
+                errno: Errno::OVERFLOW,
+            });
+        }
+        // SAFETY: a new mapping at an address of the kernel's choice replaces
+        // nothing; the Mapping owns it and unmaps it once.
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &self.fd,
+                uapi::mmap_offset(handle, offset),
+            )
+        }
+        .map_err(|errno| Error::Ioctl {
+            op: Op::Mmap,
+            errno,
+        })?;
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
     }
 
     /// The counters of this file's registration cache and of all of them.

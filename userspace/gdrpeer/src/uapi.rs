@@ -14,7 +14,7 @@ use rustix::ioctl::{opcode, Opcode};
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
 /// ABI minor version this library was built for.
-pub const ABI_MINOR: u32 = 1;
+pub const ABI_MINOR: u32 = 2;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
 /// `GDRPEER_IOCTL_MAGIC`.
@@ -28,6 +28,18 @@ pub const PIN_PERSISTENT: u32 = 1 << 0;
 pub const PIN_NOCACHE: u32 = 1 << 1;
 /// `GDRPEER_PIN_FLAGS`: every pin flag.
 pub const PIN_FLAGS: u32 = PIN_PERSISTENT | PIN_NOCACHE;
+
+/// `GDRPEER_MMAP_HANDLE_SHIFT` (ABI 1.2): an mmap offset is the handle shifted
+/// by this, plus the 4 KiB-aligned byte offset in the handle's window.
+pub const MMAP_HANDLE_SHIFT: u32 = 40;
+/// `GDRPEER_MMAP_OFFSET_MASK`: the window-offset bits of an mmap offset.
+pub const MMAP_OFFSET_MASK: u64 = (1 << MMAP_HANDLE_SHIFT) - 1;
+
+/// `GDRPEER_MMAP_OFFSET(handle, off)`: the mmap offset of byte `off` of
+/// `handle`'s window.
+pub const fn mmap_offset(handle: u64, off: u64) -> u64 {
+    (handle << MMAP_HANDLE_SHIFT) | (off & MMAP_OFFSET_MASK)
+}
 
 /// `GDRPEER_STATE_VALID`: pinned, addresses usable.
 pub const STATE_VALID: u32 = 0;
@@ -270,6 +282,8 @@ mod tests {
             GDRPEER_PIN_FLAGS = PIN_FLAGS,
             GDRPEER_STATE_VALID = STATE_VALID,
             GDRPEER_STATE_REVOKED = STATE_REVOKED,
+            GDRPEER_MMAP_HANDLE_SHIFT = MMAP_HANDLE_SHIFT,
+            GDRPEER_MMAP_OFFSET_MASK = MMAP_OFFSET_MASK,
             GDRPEER_IOCTL_GET_VERSION = IOCTL_GET_VERSION,
             GDRPEER_IOCTL_PIN = IOCTL_PIN,
             GDRPEER_IOCTL_UNPIN = IOCTL_UNPIN,
@@ -278,6 +292,10 @@ mod tests {
             GDRPEER_IOCTL_DMA_MAP = IOCTL_DMA_MAP,
             GDRPEER_IOCTL_STATS = IOCTL_STATS,
         }
+        row(
+            "GDRPEER_MMAP_OFFSET(3, 0x5000)".to_string(),
+            mmap_offset(3, 0x5000),
+        );
         layout!(
             Version = gdrpeer_version {
                 size,

@@ -6,6 +6,7 @@
 pub mod badinput;
 mod cache;
 mod callback;
+mod mmap;
 mod pinning;
 pub mod processes;
 mod regcache;
@@ -13,13 +14,14 @@ mod regcache;
 use nvsim::testing::Test;
 
 /// The subjects' tables, in the order they run.
-const SUBJECTS: [&[Test]; 6] = [
+const SUBJECTS: [&[Test]; 7] = [
     pinning::TESTS,
     cache::TESTS,
     callback::TESTS,
     processes::TESTS,
     badinput::TESTS,
     regcache::TESTS,
+    mmap::TESTS,
 ];
 
 /// Every test of the default run, in order.

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gdrpeer: the C side of src/vma.rs, for what bindgen cannot reach portably:
+ * vm_flags_set() and pgprot_writecombine() are static inlines or macros on
+ * some architectures (arm64), and the fault's vma, pgoff and address sit in an
+ * anonymous const struct of struct vm_fault whose generated Rust name depends
+ * on the layout.
+ */
+#include <linux/mm.h>
+
+#include "helpers.h"
+
+void gdrpeer_vma_set_pfnmap_wc(struct vm_area_struct *vma)
+{
+	vm_flags_set(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP |
+			  VM_DONTCOPY);
+	vma->vm_page_prot = pgprot_writecombine(vm_get_page_prot(vma->vm_flags));
+}
+
+struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf)
+{
+	return vmf->vma;
+}
+
+unsigned long gdrpeer_vmf_pgoff(struct vm_fault *vmf)
+{
+	return vmf->pgoff;
+}
+
+vm_fault_t gdrpeer_vmf_insert_pfn(struct vm_fault *vmf, unsigned long pfn)
+{
+	return vmf_insert_pfn_prot(vmf->vma, vmf->address, pfn,
+				   vmf->vma->vm_page_prot);
+}

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gdrpeer: C helpers of src/vma.rs (src/helpers.c). The Rust side is generated
+ * from this header by bindgen, so that the two cannot drift.
+ */
+#ifndef _GDRPEER_HELPERS_H_
+#define _GDRPEER_HELPERS_H_
+
+#include <linux/mm_types.h>
+
+/* VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, write-combining. */
+void gdrpeer_vma_set_pfnmap_wc(struct vm_area_struct *vma);
+struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf);
+unsigned long gdrpeer_vmf_pgoff(struct vm_fault *vmf);
+/* vmf_insert_pfn_prot() at the fault's address with the vma's protection. */
+vm_fault_t gdrpeer_vmf_insert_pfn(struct vm_fault *vmf, unsigned long pfn);
+
+#endif

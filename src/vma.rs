@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! PFN mappings of device memory into user space: the one place where gdrpeer touches a
+//! `vm_area_struct`, its `vm_operations_struct` and a page fault.
+//!
+//! The 7.2 kernel crate hands a driver's `mmap` a [`VmaNew`] but wraps neither `VM_PFNMAP`
+//! nor `vm_ops` (its `VmaMixedMap` inserts `struct page`s only). This file adds what a mapping
+//! of BAR pages needs:
+//!
+//! - [`install`] makes a new vma a write-combining `VM_PFNMAP | VM_IO | VM_DONTEXPAND |
+//!   VM_DONTDUMP | VM_DONTCOPY` mapping served by a [`PfnMapper`], which the vma holds a
+//!   reference to (`vm_private_data`; `open` takes one for each split or moved copy, `close`
+//!   drops it, so the mapper goes with the last vma of the mapping);
+//! - [`Fault`] is one page fault: its page offset in the file, and [`Fault::insert_pfn`];
+//! - [`unmap_file_pages`] zaps every user mapping of a file's page range, in every process
+//!   (`unmap_mapping_pages`: the file's `i_mmap_rwsem`, never `mmap_lock`).
+//!
+//! Pages are inserted only on fault, so a zapped range is never re-established behind the
+//! mapper's back: the next fault asks it again.
+//!
+//! TODO: goes when the kernel crate wraps `VM_PFNMAP` vmas and `vm_ops`.
+//!
+//! [`VmaNew`]: kernel::mm::virt::VmaNew
+
+use core::marker::PhantomData;
+use kernel::{
+    bindings,
+    ffi::c_void,
+    fs::File,
+    mm::virt::VmaNew,
+    sync::{Arc, ArcBorrow},
+};
+
+// `improper_ctypes`: the kernel's structs arrive through `kernel::bindings`, whose own
+// declarations allow it for the same reason (empty structs of disabled config options).
+#[allow(
+    dead_code,
+    improper_ctypes,
+    non_camel_case_types,
+    non_upper_case_globals,
+    missing_docs,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+mod helpers {
+    include!("helpers_generated.rs");
+}
+
+/// What a fault handler answers: a `vm_fault_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FaultResult(bindings::vm_fault_t);
+
+impl FaultResult {
+    /// No page here: the faulting thread gets SIGBUS.
+    pub(crate) const SIGBUS: Self = FaultResult(bindings::vm_fault_reason_VM_FAULT_SIGBUS);
+}
+
+/// The owner of a PFN mapping: serves its faults.
+pub(crate) trait PfnMapper: Send + Sync + 'static {
+    /// Inserts the page `fault` asks for ([`Fault::insert_pfn`]) or refuses it
+    /// ([`FaultResult::SIGBUS`]). Runs with the process's `mmap_lock` (or the vma's lock)
+    /// held for reading, and may sleep.
+    fn fault(&self, fault: &Fault<'_>) -> FaultResult;
+}
+
+/// One page fault in a vma of a [`PfnMapper`].
+///
+/// # Invariants
+///
+/// `vmf` is the `struct vm_fault` of a fault in progress on a vma set up by [`install`], valid
+/// for `'a`.
+pub(crate) struct Fault<'a> {
+    vmf: *mut bindings::vm_fault,
+    _fault: PhantomData<&'a bindings::vm_fault>,
+}
+
+impl Fault<'_> {
+    /// The faulting page's offset in the file, in `PAGE_SIZE` units (`vmf->pgoff`).
+    pub(crate) fn pgoff(&self) -> usize {
+        // SAFETY: `vmf` is a live fault (type invariant).
+        unsafe { helpers::gdrpeer_vmf_pgoff(self.vmf) as usize }
+    }
+
+    /// Maps the faulting address to page frame `pfn` with the vma's protection
+    /// (write-combining), `vmf_insert_pfn_prot`.
+    pub(crate) fn insert_pfn(&self, pfn: u64) -> FaultResult {
+        // SAFETY: `vmf` is a live fault (type invariant) on a `VM_PFNMAP` vma (`install`); the
+        // caller answers for what the frame is, as the mapper's contract says.
+        FaultResult(unsafe { helpers::gdrpeer_vmf_insert_pfn(self.vmf, pfn as usize) })
+    }
+}
+
+/// The file offset a new mapping starts at, in `PAGE_SIZE` units (`vma->vm_pgoff`).
+pub(crate) fn pgoff(vma: &VmaNew) -> usize {
+    // SAFETY: `vma` is a vma being set up, valid while borrowed; `vm_pgoff` is a plain field
+    // that nobody writes meanwhile (`mmap_lock` is held for writing).
+    unsafe { (*vma.as_ptr()).vm_pgoff }
+}
+
+/// Whether the new mapping is `MAP_SHARED`.
+pub(crate) fn is_shared(vma: &VmaNew) -> bool {
+    vma.flags() & bindings::VM_SHARED != 0
+}
+
+/// The vm_ops of mappings served by `T`.
+struct Ops<T>(PhantomData<T>);
+
+impl<T: PfnMapper> Ops<T> {
+    const OPS: bindings::vm_operations_struct = bindings::vm_operations_struct {
+        open: Some(Self::open),
+        close: Some(Self::close),
+        fault: Some(Self::fault),
+        ..pin_init::zeroed()
+    };
+
+    /// A copy of a vma (split, mremap): it takes its own reference to the mapper.
+    ///
+    /// # Safety
+    ///
+    /// Only the kernel calls it, on a vma whose `vm_private_data` a vma of [`install`] holds.
+    unsafe extern "C" fn open(vma: *mut bindings::vm_area_struct) {
+        // SAFETY: the kernel passes a live vma; `vm_private_data` came from `Arc::into_raw` in
+        // `install` and the vma it was copied from still holds that reference.
+        let mapper = unsafe { ArcBorrow::<T>::from_raw((*vma).vm_private_data.cast::<T>()) };
+        let copy: Arc<T> = mapper.into();
+        // The new vma's reference, dropped by its `close`.
+        let _ = Arc::into_raw(copy);
+    }
+
+    /// A vma goes: it drops its reference (the last one drops the mapper).
+    ///
+    /// # Safety
+    ///
+    /// Only the kernel calls it, once per vma set up by [`install`] or copied by `open`.
+    unsafe extern "C" fn close(vma: *mut bindings::vm_area_struct) {
+        // SAFETY: the kernel passes a live vma; its `vm_private_data` is a reference from
+        // `install` or `open` that only this call consumes.
+        drop(unsafe { Arc::<T>::from_raw((*vma).vm_private_data.cast::<T>()) });
+    }
+
+    /// # Safety
+    ///
+    /// Only the kernel calls it, for a fault on a vma set up by [`install`].
+    unsafe extern "C" fn fault(vmf: *mut bindings::vm_fault) -> bindings::vm_fault_t {
+        // SAFETY: the kernel passes a live fault; its vma holds a reference to the mapper in
+        // `vm_private_data` for as long as the fault runs (the vma cannot close meanwhile).
+        let mapper = unsafe {
+            let vma = helpers::gdrpeer_vmf_vma(vmf);
+            ArcBorrow::<T>::from_raw((*vma).vm_private_data.cast::<T>())
+        };
+        // INVARIANT: `vmf` is this fault's, on a vma of `install`.
+        let fault = Fault {
+            vmf,
+            _fault: PhantomData,
+        };
+        mapper.fault(&fault).0
+    }
+}
+
+/// Makes the new `vma` a write-combining PFN mapping (`VM_PFNMAP | VM_IO | VM_DONTEXPAND |
+/// VM_DONTDUMP | VM_DONTCOPY`) whose faults `mapper` serves. Nothing is mapped until a
+/// fault. Call it last in `mmap`: a failing `mmap` must not have installed a mapper.
+pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, mapper: Arc<T>) {
+    let vma = vma.as_ptr();
+    // SAFETY: `vma` is being set up under `mmap_lock` held for writing: nobody else reads or
+    // writes its fields. The reference in `vm_private_data` is dropped by `close`, which the
+    // kernel calls for every vma that `mmap` set up successfully; `Ops::<T>::OPS` is a
+    // constant, so `'static`.
+    unsafe {
+        helpers::gdrpeer_vma_set_pfnmap_wc(vma);
+        (*vma).vm_ops = &Ops::<T>::OPS;
+        (*vma).vm_private_data = Arc::into_raw(mapper).cast_mut().cast::<c_void>();
+    }
+}
+
+/// Zaps the pages `pgoff..pgoff + pages` (`PAGE_SIZE` units, file offsets) of every user
+/// mapping of `file`'s address space, in every process; the next access faults.
+///
+/// Takes the address space's `i_mmap_rwsem` for reading and page-table locks; sleeps. Never
+/// takes a process's `mmap_lock`.
+pub(crate) fn unmap_file_pages(file: &File, pgoff: usize, pages: usize) {
+    // SAFETY: `file` is a live file (the reference keeps it), so its `f_mapping` is a live
+    // address space; `unmap_mapping_pages` accepts any range.
+    unsafe { bindings::unmap_mapping_pages((*file.as_ptr()).f_mapping, pgoff, pages, false) };
+}

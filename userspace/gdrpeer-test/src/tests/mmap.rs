@@ -1,0 +1,397 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! CPU mappings of pinned GPU memory (mmap of `/dev/gdrpeer`): bytes written through a
+//! mapping are the GPU's (read back through nvsim's own mapping of the BAR) and the reverse,
+//! at any 4 KiB offset of an unaligned window, in several mappings at once; the errors
+//! (past the window, MAP_PRIVATE, another process); the mapping's hold on its handle (UNPIN
+//! is EBUSY, close and eviction leave it working); and its end when NVIDIA frees the memory:
+//! zapped before the table goes, SIGBUS after.
+
+use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
+use crate::proc::{fork, wait};
+use gdrpeer::{uapi, PinFlags, PinState};
+use nvsim::testing::{debugfs, errno, Test, TestResult};
+use nvsim::{check, check_eq, Gpu};
+use rustix::{
+    fd::AsFd,
+    io::Errno,
+    mm::{mmap, munmap, MapFlags, ProtFlags},
+};
+
+const K4: u64 = 4096;
+
+/// How a child ended: `Ok(code)` if it exited, `Err(signal)` if a signal killed it.
+fn wait_status(pid: libc::pid_t) -> Result<Result<i32, i32>, String> {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    check!(
+        unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
+        "waitpid"
+    );
+    if libc::WIFSIGNALED(status) {
+        Ok(Err(libc::WTERMSIG(status)))
+    } else {
+        Ok(Ok(libc::WEXITSTATUS(status)))
+    }
+}
+
+/// Write through the mapping, read through nvsim; write through nvsim, read through the
+/// mapping.
+fn mmap_reads_and_writes_gpu_memory() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, 2 * K64 as usize), "map")?;
+    let data = pattern(1, 2 * K64 as usize);
+    m.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory after writes through the mapping"
+    );
+    let back = pattern(2, 2 * K64 as usize);
+    gpu.write(va, &back).map_err(errno)?;
+    let mut seen = vec![0; back.len()];
+    m.read(0, &mut seen);
+    check_eq!(seen, back, "the mapping after nvsim wrote");
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A window that starts inside a GPU page, mapped from a 4 KiB offset: the mapping shows the
+/// window's bytes from that offset (the window starts at `aligned_va`).
+fn mmap_at_an_offset_of_an_unaligned_window() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+    let d = dev()?;
+    // [va + 100, va + 100 + 2 * K64): three GPU pages.
+    let p = ok(d.pin(va + 100, 2 * K64, PinFlags::empty()), "pin")?;
+    check_eq!(
+        (p.aligned_va, p.offset, p.page_count),
+        (va, 100, 3),
+        "window"
+    );
+    let off = K64 + 3 * K4;
+    let len = (2 * K64 - 3 * K4) as usize;
+    let m = ok(d.map(p.handle, off, len), "map at an offset")?;
+    let data = pattern(3, len);
+    gpu.write(va + off, &data).map_err(errno)?;
+    let mut seen = vec![0; len];
+    m.read(0, &mut seen);
+    check_eq!(seen, data, "the mapping shows the window from the offset");
+    let tail = pattern(4, K4 as usize);
+    m.write(len - K4 as usize, &tail);
+    check_eq!(
+        gpu.read(va + 3 * K64 - K4, K4 as usize).map_err(errno)?,
+        tail,
+        "the window's last page written through the mapping"
+    );
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// Two mappings of one handle show the same memory.
+fn mmap_two_mappings_of_one_handle() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let whole = ok(d.map(p.handle, 0, 2 * K64 as usize), "map the window")?;
+    let part = ok(d.map(p.handle, K64, K64 as usize), "map its second page")?;
+    let data = pattern(5, K64 as usize);
+    part.write(0, &data);
+    let mut seen = vec![0; data.len()];
+    whole.read(K64 as usize, &mut seen);
+    check_eq!(seen, data, "the second page through the other mapping");
+    check_eq!(
+        gpu.read(va + K64, data.len()).map_err(errno)?,
+        data,
+        "the second page in GPU memory"
+    );
+    drop(part);
+    // The other mapping still holds the handle.
+    check_eq!(
+        fails(d.unpin(p.handle), "unpin with one mapping left")?,
+        Errno::BUSY,
+        "unpin with one mapping left"
+    );
+    whole.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "the first page"
+    );
+    drop(whole);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// Mappings that leave the window, of unknown handles or unaligned offsets fail; so does a
+/// mapping of memory that was freed.
+fn mmap_past_the_window_is_einval() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let w = 2 * K64 as usize;
+    for (off, len, what) in [
+        (0, w + K4 as usize, "one page too long"),
+        (2 * K64, K4 as usize, "at the window's end"),
+        (
+            K64,
+            K64 as usize + K4 as usize,
+            "from an offset, past the end",
+        ),
+        (uapi::MMAP_OFFSET_MASK & !(K4 - 1), K4 as usize, "far past"),
+    ] {
+        check_eq!(fails(d.map(p.handle, off, len), what)?, Errno::INVAL, what);
+    }
+    check_eq!(
+        fails(d.map(p.handle + 1, 0, K4 as usize), "unknown handle")?,
+        Errno::INVAL,
+        "unknown handle"
+    );
+    check_eq!(
+        fails(d.map(p.handle, 100, K4 as usize), "unaligned offset")?,
+        Errno::INVAL,
+        "unaligned offset"
+    );
+    // The last page of the window is fine.
+    drop(ok(d.map(p.handle, 2 * K64 - K4, K4 as usize), "last page")?);
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        fails(d.map(p.handle, 0, K4 as usize), "map after the free")?,
+        Errno::NXIO,
+        "map after the free"
+    );
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// MAP_PRIVATE is refused: a private copy of device memory means nothing.
+fn mmap_private_is_einval() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    // SAFETY: a new mapping at an address of the kernel's choice; unmapped below if made.
+    let r = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            K4 as usize,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+            d.as_fd(),
+            uapi::mmap_offset(p.handle, 0),
+        )
+    };
+    if let Ok(ptr) = r {
+        // SAFETY: the mapping just made.
+        let _ = unsafe { munmap(ptr, K4 as usize) };
+    }
+    check_eq!(r.err(), Some(Errno::INVAL), "MAP_PRIVATE");
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A forked child may not map the opener's file (EACCES), and does not inherit its mappings
+/// (VM_DONTCOPY: touching the address faults with SIGSEGV).
+fn mmap_fork_child_gets_eacces_and_no_mapping() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+    m.write(0, &[7]);
+    let child = fork(|| {
+        check_eq!(
+            fails(d.map(p.handle, 0, K4 as usize), "child mmap")?,
+            Errno::ACCESS,
+            "child mmap"
+        );
+        Ok(())
+    })?;
+    wait(child)?;
+    let ptr = m.as_ptr();
+    let child = fork(|| {
+        // SAFETY: the address is not mapped in the child (VM_DONTCOPY): this faults.
+        let _ = unsafe { ptr.read_volatile() };
+        Err("the child read the parent's mapping".to_string())
+    })?;
+    check_eq!(
+        wait_status(child)?,
+        Err(libc::SIGSEGV),
+        "a child touching the parent's mapping"
+    );
+    let mut seen = [0];
+    m.read(0, &mut seen);
+    check_eq!(seen, [7], "the parent's mapping after the children");
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A child that maps memory, touches it (so that page-table entries exist), has it freed
+/// (the free callback) and touches it again: it must die of SIGBUS, having written nothing
+/// into the freed memory (nvsim's `freed_page_writes`, checked after every test).
+fn mmap_access_after_free_is_sigbus() -> TestResult {
+    let child = fork(|| {
+        let gpu = Gpu::open().map_err(errno)?;
+        let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+        let d = dev()?;
+        let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+        let m = ok(d.map(p.handle, 0, 2 * K64 as usize), "map")?;
+        let data = pattern(6, 2 * K64 as usize);
+        m.write(0, &data);
+        check_eq!(
+            gpu.read(va, data.len()).map_err(errno)?,
+            data,
+            "GPU memory before the free"
+        );
+        debugfs("free", &id.to_string())?;
+        check_eq!(
+            ok(d.info(p.handle), "info")?.state,
+            PinState::Revoked,
+            "state after the free"
+        );
+        // Every page was touched, so only the zap keeps this from reaching freed memory.
+        m.write(K64 as usize + 8, &[0x55]);
+        Err("wrote through the mapping after the free".to_string())
+    })?;
+    check_eq!(
+        wait_status(child)?,
+        Err(libc::SIGBUS),
+        "the child touching freed memory"
+    );
+    Ok(())
+}
+
+/// The mapping keeps the file: close() of the descriptor leaves it working, and the context
+/// goes with the munmap.
+fn mmap_outlives_close() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+    drop(d);
+    let data = pattern(7, K64 as usize);
+    m.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory written after close"
+    );
+    drop(m);
+    // The file's release unpins once the mapping is gone (checked after the test).
+    Ok(())
+}
+
+/// UNPIN of a mapped handle is EBUSY; the mapping keeps working; after munmap UNPIN works.
+fn mmap_unpin_while_mapped_is_ebusy() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+    check_eq!(
+        fails(d.unpin(p.handle), "unpin while mapped")?,
+        Errno::BUSY,
+        "unpin while mapped"
+    );
+    let data = pattern(8, K64 as usize);
+    m.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory after the refused unpin"
+    );
+    check_eq!(ok(d.stats(), "stats")?.handles, 1, "handles");
+    drop(m);
+    ok(d.unpin(p.handle), "unpin after munmap")?;
+    check_eq!(ok(d.stats(), "stats")?.handles, 0, "handles after unpin");
+    Ok(())
+}
+
+/// A mapped region is in use: eviction over `cache_max_regions` leaves it pinned and mapped.
+fn mmap_survives_eviction() -> TestResult {
+    let limit = param("cache_max_regions")?;
+    check!(
+        limit > 0 && limit < 6,
+        "run with cache_max_regions below 6, not {limit}"
+    );
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+    m.write(0, &pattern(9, K64 as usize));
+    for _ in 0..6 {
+        let (other, _) = gpu.alloc(K64).map_err(errno)?;
+        let o = ok(d.pin(other, K64, PinFlags::empty()), "pin another")?;
+        ok(d.unpin(o.handle), "unpin another")?;
+    }
+    let s = ok(d.stats(), "stats")?;
+    check!(
+        s.file.evictions_limit > 6 - limit,
+        "evictions: {} over a limit of {limit}",
+        s.file.evictions_limit
+    );
+    check_eq!(
+        ok(d.info(p.handle), "info")?.state,
+        PinState::Valid,
+        "the mapped handle"
+    );
+    let data = pattern(10, K64 as usize);
+    m.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory written after the evictions"
+    );
+    gpu.write(va, &pattern(11, K64 as usize)).map_err(errno)?;
+    let mut seen = vec![0; K64 as usize];
+    m.read(0, &mut seen);
+    check_eq!(
+        seen,
+        pattern(11, K64 as usize),
+        "the mapping after the evictions"
+    );
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")?;
+    eventually(2, "all but the mapped one evicted", || {
+        Ok(ok(d.stats(), "stats")?.file.regions <= limit)
+    })
+}
+
+/// This subject's tests, in the order they run.
+pub const TESTS: &[Test] = &[
+    (
+        "gdrpeer-mmap-reads-and-writes-gpu-memory",
+        mmap_reads_and_writes_gpu_memory,
+    ),
+    (
+        "gdrpeer-mmap-at-an-offset-of-an-unaligned-window",
+        mmap_at_an_offset_of_an_unaligned_window,
+    ),
+    (
+        "gdrpeer-mmap-two-mappings-of-one-handle",
+        mmap_two_mappings_of_one_handle,
+    ),
+    (
+        "gdrpeer-mmap-past-the-window-is-einval",
+        mmap_past_the_window_is_einval,
+    ),
+    ("gdrpeer-mmap-private-is-einval", mmap_private_is_einval),
+    (
+        "gdrpeer-mmap-fork-child-gets-eacces-and-no-mapping",
+        mmap_fork_child_gets_eacces_and_no_mapping,
+    ),
+    (
+        "gdrpeer-mmap-access-after-free-is-sigbus",
+        mmap_access_after_free_is_sigbus,
+    ),
+    ("gdrpeer-mmap-outlives-close", mmap_outlives_close),
+    (
+        "gdrpeer-mmap-unpin-while-mapped-is-ebusy",
+        mmap_unpin_while_mapped_is_ebusy,
+    ),
+    ("gdrpeer-mmap-survives-eviction", mmap_survives_eviction),
+];
