@@ -22,6 +22,7 @@ use kernel::{
         Arc,
     },
     transmute::AsBytes,
+    types::ScopeGuard,
     uaccess::{UserPtr, UserSlice, UserSliceReader},
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
@@ -233,31 +234,24 @@ impl CpuMap {
         let offset = (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT;
         let len = (vma.end() - vma.start()) as u64;
         let (region, window, count) = ctx.map_handle(handle)?;
+        // Until the mapping is complete, an early return puts the handle's count back.
+        let count = ScopeGuard::new_with_data(count, |count| count.put());
+        if offset + len > window.len() {
+            return Err(EINVAL);
+        }
         let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
-        let zap = || {
-            if offset + len > window.len() {
-                return Err(EINVAL);
-            }
-            let zap = Zap {
-                file: ARef::from(file),
-                base,
-                pages: (window.len() >> PAGE_SHIFT) as usize,
-            };
-            // -ENXIO once the memory was freed.
-            region.add_notifier(KBox::new(zap, GFP_KERNEL)?)
+        let zap = Zap {
+            file: ARef::from(file),
+            base,
+            pages: (window.len() >> PAGE_SHIFT) as usize,
         };
-        let notifier = match zap() {
-            Ok(id) => id,
-            Err(e) => {
-                count.put();
-                return Err(e);
-            }
-        };
+        // -ENXIO once the memory was freed.
+        let notifier = region.add_notifier(KBox::new(zap, GFP_KERNEL)?)?;
         let map = CpuMap {
             region,
             window,
             base,
-            count,
+            count: count.dismiss(),
             notifier,
         };
         // Dropping `map` on failure undoes both.

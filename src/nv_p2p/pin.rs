@@ -309,9 +309,15 @@ impl Pinned {
             s.users += 1;
         }
         let r = f();
+        self.end_use();
+        r
+    }
+
+    /// Ends a use of the table taken with `State::users`, and wakes the releasing thread that
+    /// may be waiting for the last one ([`Pinned::end_use_and_wait`]).
+    fn end_use(&self) {
         self.state.lock().users -= 1;
         self.done.notify_all();
-        r
     }
 
     /// Copies the bus addresses of pages `first..first + out.capacity()` into `out`, or the
@@ -361,8 +367,7 @@ impl Pinned {
             address
         };
         let r = f(address);
-        self.state.lock().users -= 1;
-        self.done.notify_all();
+        self.end_use();
         Ok(r)
     }
 
@@ -452,8 +457,7 @@ impl Pinned {
                 // SAFETY: the mapping is ours and not in `maps`; the phase is not Revoked and
                 // `users` keeps a callback from letting the table go until we are done.
                 unsafe { raw_dma_unmap(peer, *self.table.get(), map.as_ptr()) };
-                self.state.lock().users -= 1;
-                self.done.notify_all();
+                self.end_use();
                 read.map(|_| ())
             }
         }
