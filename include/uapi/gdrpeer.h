@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 2
+#define GDRPEER_ABI_MINOR 3
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -174,6 +174,28 @@ struct gdrpeer_stats {
 #define GDRPEER_MMAP_OFFSET_MASK ((1ULL << GDRPEER_MMAP_HANDLE_SHIFT) - 1)
 #define GDRPEER_MMAP_OFFSET(handle, off) \
 	(((__u64)(handle) << GDRPEER_MMAP_HANDLE_SHIFT) | ((__u64)(off) & GDRPEER_MMAP_OFFSET_MASK))
+
+
+/*
+ * Since ABI 1.3: invalidation events. When the driver frees memory that a
+ * handle of this file pins (cuMemFree, the owner's exit), the handle is
+ * revoked and one event is queued on the file for it: poll/epoll report the
+ * file readable (EPOLLIN | EPOLLRDNORM) while events are queued, and read(2)
+ * returns them as whole struct gdrpeer_event records, oldest first, as many
+ * as fit in the buffer. A buffer smaller than one record: -EINVAL; nothing
+ * queued: -EAGAIN with O_NONBLOCK, else read waits (interruptibly). Each
+ * revocation of a handle is reported once; UNPIN and close are not reported.
+ * Only the process that opened the file may read it (-EACCES; poll reports
+ * EPOLLERR to others). /dev/gdrdrv files report their revoked handles the
+ * same way, with gdrdrv handles.
+ */
+#define GDRPEER_EVENT_REVOKED 1	/* the driver freed the handle's memory */
+
+struct gdrpeer_event {
+	__u64 handle;		/* the handle revoked */
+	__u32 type;		/* GDRPEER_EVENT_REVOKED */
+	__u32 pad;		/* 0 */
+};
 
 #define GDRPEER_IOCTL_PIN _IOWR(GDRPEER_IOCTL_MAGIC, 1, struct gdrpeer_pin)
 #define GDRPEER_IOCTL_UNPIN _IOW(GDRPEER_IOCTL_MAGIC, 2, struct gdrpeer_unpin)
