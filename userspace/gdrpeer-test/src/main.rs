@@ -31,6 +31,7 @@ const CHILD_MODES: &[proc::ChildMode] = &[
     ("--pin-and-wait", tests::processes::pin_and_wait),
     ("--nic-reg-and-wait", nic::reg_and_wait),
     ("--gpu-alloc-and-wait", tests::badinput::gpu_alloc_and_wait),
+    ("--cuda-touch-after-free", sanity::touch_after_cumemfree),
 ];
 
 fn main() -> ExitCode {
