@@ -31,7 +31,7 @@ pub fn load() -> Result<(), String> {
     Ok(())
 }
 
-fn cu() -> &'static Cuda {
+pub fn cu() -> &'static Cuda {
     CUDA.get().expect("sanity::load ran first")
 }
 
