@@ -14,7 +14,7 @@ use rustix::ioctl::{opcode, Opcode};
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
 /// ABI minor version this library was built for.
-pub const ABI_MINOR: u32 = 2;
+pub const ABI_MINOR: u32 = 3;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
 /// `GDRPEER_IOCTL_MAGIC`.
