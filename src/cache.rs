@@ -12,18 +12,15 @@ use kernel::{
     fmt, new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{
-        aref::ARef,
-        atomic::{Atomic, Relaxed},
-        Arc, CondVar, LockedBy, Mutex, SpinLock,
-    },
+    sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, Mutex, SpinLock},
     task::Task,
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
     env::Env,
-    nv_p2p::{PinKind, PinOwner, Pinned, Unpinned},
+    events::{Events, HandleEvent},
+    nv_p2p::{PinKind, PinOwner, Pinned, Tokens, Unpinned},
     params,
     policy::{self, Limits, Usage},
     range::GpuRange,
@@ -43,24 +40,84 @@ pub(crate) trait Notifier: Send + Sync {
 pub(crate) struct Handle {
     region: Arc<Region>,
     window: GpuRange,
-    /// Live CPU mappings of the window ([`Context::map_handle`]), made on the first; while it
-    /// is above zero the handle cannot be unpinned, so its region stays in use.
-    mappings: Option<Arc<MapCount>>,
+    /// CPU mappings of the window ([`Context::map_handle`]), made on the first. While the
+    /// handle lives its region is in use (never evicted); unpinning it ends them first.
+    mappings: Option<Arc<Mappings>>,
+    /// Its [`HandleEvent`] notifier on the region, in a context with events.
+    event: Option<u64>,
 }
 
-/// The number of live CPU mappings of one handle. It goes up under [`Context::inner`] and
-/// down without it, from a mapping's `close` (under the process's `mmap_lock`, where the
-/// engine must take none of its locks).
-pub(crate) struct MapCount(Atomic<u64>);
+/// The CPU mappings of one handle, and the faults in progress in them.
+///
+/// Faults enter ([`Mappings::enter`]) while the handle lives. Unpinning the handle ends them
+/// ([`Mappings::end`]): no fault enters after, the faults inside are waited for, and then the
+/// front-end zaps the mappings, so that no page-table entry survives the handle. A fault
+/// inserts one page-table entry and waits for nothing of the engine's, so the wait is short.
+#[pin_data]
+pub(crate) struct Mappings {
+    #[pin]
+    state: SpinLock<MappingsState>,
+    /// Signalled when a fault leaves.
+    #[pin]
+    left: CondVar,
+}
 
-impl MapCount {
-    /// A mapping of the handle went away.
-    pub(crate) fn put(&self) {
-        self.0.fetch_sub(1, Relaxed);
+struct MappingsState {
+    /// Live mappings (what one mmap made, however many vmas it became).
+    live: u64,
+    /// Faults inside.
+    faults: u32,
+    /// The handle was unpinned: faults get SIGBUS.
+    ended: bool,
+}
+
+impl Mappings {
+    fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Mappings {
+                state <- new_spinlock!(
+                    MappingsState {
+                        live: 0,
+                        faults: 0,
+                        ended: false,
+                    },
+                    "Mappings::state"
+                ),
+                left <- new_condvar!("Mappings::left"),
+            }),
+            GFP_KERNEL,
+        )
     }
 
-    fn live(&self) -> bool {
-        self.0.load(Relaxed) != 0
+    /// A mapping went away (its last vma closed: munmap, exit). Takes only a spinlock: it
+    /// runs from a vma's `close`, under the process's `mmap_lock`.
+    pub(crate) fn put(&self) {
+        self.state.lock().live -= 1;
+    }
+
+    /// A fault enters; false once the handle is unpinned. Pair with [`Mappings::leave`].
+    pub(crate) fn enter(&self) -> bool {
+        let mut s = self.state.lock();
+        if s.ended {
+            return false;
+        }
+        s.faults += 1;
+        true
+    }
+
+    /// A fault that entered is done.
+    pub(crate) fn leave(&self) {
+        self.state.lock().faults -= 1;
+        self.left.notify_all();
+    }
+
+    /// Ends the mappings: no fault enters any more, and those inside are done on return.
+    fn end(&self) {
+        let mut s = self.state.lock();
+        s.ended = true;
+        while s.faults > 0 {
+            self.left.wait(&mut s);
+        }
     }
 }
 
@@ -85,6 +142,8 @@ pub(crate) struct Context {
     /// The group leader of the process that opened it: the only one that may use it.
     owner: ARef<Task>,
     env: &'static Env,
+    /// Where its handles' revocations are queued, for front-ends that report them.
+    events: Option<Arc<Events>>,
     #[pin]
     inner: Mutex<Inner>,
 }
@@ -210,12 +269,23 @@ pub(crate) struct HandleInfo {
 }
 
 impl Context {
-    /// A context for the calling process.
-    pub(crate) fn new(env: &'static Env) -> Result<Arc<Self>> {
+    /// A context for the calling process; `with_events` queues its handles' revocations on
+    /// [`Context::events`].
+    ///
+    /// A context with events removes a handle's notifier under [`Context::inner`], which
+    /// waits for a free callback calling it: so no notifier on its regions may take that lock
+    /// (the kernel API's invalidate callbacks may, and its contexts have no events).
+    pub(crate) fn new(env: &'static Env, with_events: bool) -> Result<Arc<Self>> {
+        let events = if with_events {
+            Some(Events::new()?)
+        } else {
+            None
+        };
         let ctx = Arc::pin_init(
             pin_init!(Context {
                 owner: ARef::from(current!().group_leader()),
                 env,
+                events,
                 inner <- new_mutex!(
                     Inner {
                         regions: [RBTree::new(), RBTree::new()],
@@ -245,14 +315,29 @@ impl Context {
         self.owner.pid()
     }
 
+    /// The queue of its handles' revocations, if it was made with events.
+    pub(crate) fn events(&self) -> Option<&Arc<Events>> {
+        self.events.as_ref()
+    }
+
     /// Pins `range` (the caller's va and len rounded to 64 KiB pages), from the cache when a
     /// region of the same kind contains it and `sharing` allows.
+    ///
+    /// A pin with P2P tokens other than the default is private ([`Sharing::Private`]): the
+    /// tokens may name another VA space than the caller's, where the same addresses are other
+    /// memory, so its region can neither serve nor be served by the cache.
     pub(crate) fn pin(
         self: &Arc<Self>,
         range: GpuRange,
         kind: PinKind,
         sharing: Sharing,
+        tokens: Tokens,
     ) -> Result<PinInfo> {
+        let sharing = if tokens.are_default() {
+            sharing
+        } else {
+            Sharing::Private
+        };
         let mut inner = self.inner.lock();
         if inner.closed {
             return Err(EBADF);
@@ -273,7 +358,7 @@ impl Context {
                     Sharing::Private => {
                         // Never in the tree: nothing hits it, and its handle's unpin releases
                         // it.
-                        let region = self.pin_evicting(&mut inner, range, kind)?;
+                        let region = self.pin_evicting(&mut inner, range, kind, tokens)?;
                         inner.account(&region);
                         region
                     }
@@ -285,16 +370,20 @@ impl Context {
         };
         inner.take_ref(&region);
         let handle = inner.next_handle;
-        let node = RBTree::try_create_and_insert(
-            &mut inner.handles,
-            handle,
-            Handle {
-                region: region.clone(),
-                window: range,
-                mappings: None,
-            },
-            GFP_KERNEL,
-        );
+        let node = self.watch(handle, &region).and_then(|event| {
+            RBTree::try_create_and_insert(
+                &mut inner.handles,
+                handle,
+                Handle {
+                    region: region.clone(),
+                    window: range,
+                    mappings: None,
+                    event,
+                },
+                GFP_KERNEL,
+            )
+            .inspect_err(|_| self.unwatch(&region, event))
+        });
         if let Err(e) = node {
             self.drop_ref(&mut inner, &region);
             return Err(e);
@@ -308,6 +397,47 @@ impl Context {
         })
     }
 
+    /// In a context with events, registers the notifier that queues the revocation of
+    /// `handle`, a new handle of `region`. A region revoked already gets its event at once.
+    fn watch(&self, handle: u64, region: &Region) -> Result<Option<u64>> {
+        let Some(events) = &self.events else {
+            return Ok(None);
+        };
+        events.reserve()?;
+        let notifier = HandleEvent {
+            events: events.clone(),
+            handle,
+        };
+        match KBox::new(notifier, GFP_KERNEL).map_err(Error::from) {
+            Ok(notifier) => match region.add_notifier(notifier) {
+                Ok(id) => Ok(Some(id)),
+                Err(e) if e == ENXIO => {
+                    events.push(handle);
+                    Ok(None)
+                }
+                Err(e) => {
+                    events.unreserve();
+                    Err(e)
+                }
+            },
+            Err(e) => {
+                events.unreserve();
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes a handle's notifier ([`Context::watch`]); its slot goes back unless the
+    /// callback queued its event. Called before the region may be released: a release that
+    /// calls back (Tegra's put_pages does) must not report an unpin as a revocation.
+    fn unwatch(&self, region: &Region, event: Option<u64>) {
+        if let (Some(events), Some(id)) = (&self.events, event) {
+            if region.remove_notifier(id) {
+                events.unreserve();
+            }
+        }
+    }
+
     /// A miss: pins the request merged with the regions it overlaps, evicting unused regions
     /// while NVIDIA runs out of BAR1 space (-ENOMEM).
     fn pin_new(
@@ -319,10 +449,10 @@ impl Context {
         let overlapping = inner.overlapping(kind, &request)?;
         let (start, end) = policy::merged(&request, overlapping.iter().map(|r| *r.pinned.range()));
         let merged = GpuRange::new(start, end - start, u64::MAX)?;
-        let region = match self.pin_evicting(inner, merged, kind) {
+        let region = match self.pin_evicting(inner, merged, kind, Tokens::default()) {
             // The merged range may span freed memory: pin the request alone.
             Err(e) if e == EINVAL && merged != request => {
-                self.pin_evicting(inner, request, kind)?
+                self.pin_evicting(inner, request, kind, Tokens::default())?
             }
             r => r?,
         };
@@ -354,9 +484,10 @@ impl Context {
         inner: &mut Inner,
         range: GpuRange,
         kind: PinKind,
+        tokens: Tokens,
     ) -> Result<Arc<Region>> {
         loop {
-            let region = Region::new(self, range, kind)?;
+            let region = Region::new(self, range, kind, tokens)?;
             match Pinned::pin(&region, self.env.module) {
                 Ok(()) => return Ok(region),
                 Err(e) if e == ENOMEM => {
@@ -374,15 +505,19 @@ impl Context {
     /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin); a
     /// private region ([`Sharing::Private`]) is given back at once.
     ///
-    /// Fails with -EBUSY while the handle is mapped ([`Context::map_handle`]).
-    pub(crate) fn unpin(&self, handle: u64) -> Result {
+    /// A mapped handle's mappings are ended first ([`Mappings::end`]) and `unmap` is called
+    /// to zap them, before the region may be released: a later access gets SIGBUS. `unmap`
+    /// runs under [`Context::inner`] and may take the mappings' `i_mmap_rwsem` and page-table
+    /// locks, never a `mmap_lock`.
+    pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
         let mut inner = self.inner.lock();
-        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
-        if h.mappings.as_ref().is_some_and(|m| m.live()) {
-            return Err(EBUSY);
-        }
         let h = inner.handles.remove(&handle).ok_or(EINVAL)?;
+        if let Some(mappings) = &h.mappings {
+            mappings.end();
+            unmap();
+        }
         inner.stats.handles -= 1;
+        self.unwatch(&h.region, h.event);
         self.drop_ref(&mut inner, &h.region);
         inner.trim(&params::limits());
         Ok(())
@@ -420,22 +555,29 @@ impl Context {
         Ok((h.region.clone(), h.window))
     }
 
-    /// Notes a new CPU mapping of a handle: until the returned count is put
-    /// ([`MapCount::put`]) the handle cannot be unpinned, so its region stays in use (never
-    /// evicted nor released). Returns the handle's region and window with it.
-    pub(crate) fn map_handle(&self, handle: u64) -> Result<(Arc<Region>, GpuRange, Arc<MapCount>)> {
+    /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
+    /// leave the returned [`Mappings`], which unpinning the handle ends. Returns the handle's region and window
+    /// with it.
+    pub(crate) fn map_handle(&self, handle: u64) -> Result<(Arc<Region>, GpuRange, Arc<Mappings>)> {
         let mut inner = self.inner.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
-        let count = match &h.mappings {
-            Some(count) => count.clone(),
+        let mappings = match &h.mappings {
+            Some(mappings) => mappings.clone(),
             None => {
-                let count = Arc::new(MapCount(Atomic::new(0)), GFP_KERNEL)?;
-                h.mappings = Some(count.clone());
-                count
+                let mappings = Mappings::new()?;
+                h.mappings = Some(mappings.clone());
+                mappings
             }
         };
-        count.0.fetch_add(1, Relaxed);
-        Ok((h.region.clone(), h.window, count))
+        mappings.state.lock().live += 1;
+        Ok((h.region.clone(), h.window, mappings))
+    }
+
+    /// Whether a handle is mapped now.
+    pub(crate) fn is_mapped(&self, handle: u64) -> Result<bool> {
+        let inner = self.inner.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        Ok(h.mappings.as_ref().is_some_and(|m| m.state.lock().live > 0))
     }
 
     /// What GET_INFO reports.
@@ -478,6 +620,7 @@ impl Context {
             inner.release(region);
         }
         for (_, h) in handles.iter() {
+            self.unwatch(&h.region, h.event);
             inner.release(&h.region);
         }
         inner.stats.handles = 0;
@@ -525,7 +668,12 @@ impl PinnedDrop for Context {
 }
 
 impl Region {
-    fn new(ctx: &Arc<Context>, range: GpuRange, kind: PinKind) -> Result<Arc<Self>> {
+    fn new(
+        ctx: &Arc<Context>,
+        range: GpuRange,
+        kind: PinKind,
+        tokens: Tokens,
+    ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Region {
                 ctx: ctx.clone(),
@@ -549,7 +697,7 @@ impl Region {
                 ),
                 notified <- new_condvar!("Region::notified"),
                 work <- new_work!("Region::work"),
-                pinned <- Pinned::new(range, kind, &ctx.env.gate),
+                pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate),
             }),
             GFP_KERNEL,
         )
@@ -581,9 +729,16 @@ impl Region {
     }
 
     /// Unregisters a notifier. If the free callback is calling it, waits until it returned.
-    pub(crate) fn remove_notifier(&self, id: u64) {
+    /// Returns whether it was removed before the callback called it.
+    pub(crate) fn remove_notifier(&self, id: u64) -> bool {
         let mut n = self.notifiers.lock();
-        while n.list.remove(&id).is_none() && n.running {
+        loop {
+            if n.list.remove(&id).is_some() {
+                return true;
+            }
+            if !n.running {
+                return false;
+            }
             self.notified.wait(&mut n);
         }
     }

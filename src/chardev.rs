@@ -5,38 +5,38 @@
 //! Each open file is a registration-cache [`Context`] of the opening process. Every ioctl but
 //! GET_VERSION must come from that process: another one (a child after fork, or a receiver of
 //! the file over a socket) gets -EACCES, because NVIDIA knows the memory only by the tgid that
-//! pinned it. So does mmap, which maps a handle's window for the CPU ([`CpuMap`]).
+//! pinned it. So do mmap, which maps a handle's window for the CPU ([`CpuMap`]), and read,
+//! which returns the file's invalidation events (poll reports them).
+//!
+//! [`CpuMap`]: crate::files::CpuMap
 
 use kernel::{
     debugfs,
-    fs::File,
+    fs::{File, Kiocb},
     ioctl::_IOC_SIZE,
+    iov::IovIterDest,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
-    page::PAGE_SHIFT,
     prelude::*,
     str::CString,
     sync::{
-        aref::ARef,
         atomic::{Atomic, Relaxed},
+        poll::PollTable,
         Arc,
     },
     transmute::AsBytes,
-    types::ScopeGuard,
     uaccess::{UserPtr, UserSlice, UserSliceReader},
-    workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
-    cache::{Context, MapCount, Notifier, Region, Sharing},
-    env::Env,
-    nv_p2p::{self, PinKind},
+    cache::{Context, Sharing},
+    files::{self, CpuMap, OpenFile},
+    fops::{self, PollOps, Pollable},
+    nv_p2p::{self, PinKind, Tokens},
     params,
-    range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
+    range::{GpuRange, GPU_PAGE_SIZE},
     stats::{Stats, GLOBAL},
-    sys::{self, ModuleRef},
-    uapi,
-    vma::{self, Fault, FaultResult, PfnMapper},
+    sys, uapi,
 };
 
 /// The device: `/dev/gdrpeer` and the debugfs directory of its open files.
@@ -46,6 +46,8 @@ pub(crate) struct Chardev {
     misc: MiscDeviceRegistration<GdrpeerFile>,
     /// `gdrpeer/files`: one directory per open file.
     files_dir: debugfs::Dir,
+    /// The file operations with `poll`, installed on each open file.
+    poll_ops: PollOps<GdrpeerFile>,
 }
 
 impl Chardev {
@@ -54,6 +56,7 @@ impl Chardev {
         let files_dir = debugfs.subdir(c"files");
         try_pin_init!(Chardev {
             files_dir,
+            poll_ops: PollOps::new(),
             misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrpeer" }),
         })
     }
@@ -62,60 +65,19 @@ impl Chardev {
 /// Numbers the per-file debugfs directories.
 static NEXT_FILE_ID: Atomic<u64> = Atomic::new(1);
 
-/// An open file's reference on the module, put from gdrpeer's workqueue once the file is
-/// released.
-///
-/// The kernel crate's misc-device file operations name no owner, so an open file does not
-/// pin the module by itself. Putting the reference from `release` would let the module go
-/// while `release` still returns through its code; module exit drains the workqueue, so
-/// putting it from a work item cannot.
-#[pin_data]
-struct FileModuleRef {
-    #[pin]
-    work: Work<FileModuleRef>,
-    _module: ModuleRef,
-}
-
-impl_has_work! {
-    impl HasWork<Self> for FileModuleRef { self.work }
-}
-
-impl WorkItem for FileModuleRef {
-    type Pointer = Pin<KBox<FileModuleRef>>;
-
-    fn run(this: Pin<KBox<FileModuleRef>>) {
-        drop(this);
-    }
-}
-
 /// The state of one open file of `/dev/gdrpeer`.
 pub(crate) struct GdrpeerFile {
-    env: &'static Env,
-    module_ref: Option<Pin<KBox<FileModuleRef>>>,
-    ctx: Arc<Context>,
+    open: OpenFile,
     /// `gdrpeer/files/<tgid>-<n>/{stats,regions}` in debugfs, with the context they show;
     /// removed before the context closes.
-    _debugfs: Option<Pin<KBox<debugfs::Scope<Arc<Context>>>>>,
+    debugfs: Option<Pin<KBox<debugfs::Scope<Arc<Context>>>>>,
 }
 
 impl GdrpeerFile {
     fn new(chardev: &Chardev) -> Result<Self> {
-        let env = Env::get()?;
-        // Fails once the module is going away.
-        let module_ref = ModuleRef::get(env.module).map_err(|_| ENODEV)?;
-        let module_ref = KBox::pin_init(
-            pin_init!(FileModuleRef {
-                work <- new_work!("FileModuleRef::work"),
-                _module: module_ref,
-            }),
-            GFP_KERNEL,
-        )?;
-        let ctx = Context::new(env)?;
         let mut me = GdrpeerFile {
-            env,
-            module_ref: Some(module_ref),
-            ctx,
-            _debugfs: None,
+            open: OpenFile::new()?,
+            debugfs: None,
         };
         // debugfs is a debugging aid: a file without it still works.
         let _ = me.add_debugfs(&chardev.files_dir);
@@ -124,12 +86,13 @@ impl GdrpeerFile {
 
     fn add_debugfs(&mut self, files_dir: &debugfs::Dir) -> Result {
         let id = NEXT_FILE_ID.fetch_add(1, Relaxed);
-        let name = CString::try_from_fmt(fmt!("{}-{}", self.ctx.owner_tgid(), id))?;
-        let scope = files_dir.scope(self.ctx.clone(), &name, |ctx, dir| {
+        let ctx = &self.open.ctx;
+        let name = CString::try_from_fmt(fmt!("{}-{}", ctx.owner_tgid(), id))?;
+        let scope = files_dir.scope(ctx.clone(), &name, |ctx, dir| {
             dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| c.show_stats(f));
             dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| c.show_regions(f));
         });
-        self._debugfs = Some(KBox::pin_init(scope, GFP_KERNEL)?);
+        self.debugfs = Some(KBox::pin_init(scope, GFP_KERNEL)?);
         Ok(())
     }
 }
@@ -138,39 +101,37 @@ impl GdrpeerFile {
 impl MiscDevice for GdrpeerFile {
     type Ptr = KBox<Self>;
 
-    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
         let misc: *const MiscDeviceRegistration<Self> = misc;
         // SAFETY: the only registration of `GdrpeerFile` is the `misc` field of a `Chardev`
         // (`Chardev::new`), which stays pinned in the module's data while it is registered.
         let chardev = unsafe { &*kernel::container_of!(misc, Chardev, misc) };
-        Ok(KBox::new(GdrpeerFile::new(chardev)?, GFP_KERNEL)?)
+        let me = KBox::new(GdrpeerFile::new(chardev)?, GFP_KERNEL)?;
+        // The module's data outlives the file: the file holds a module reference.
+        chardev.poll_ops.install(file);
+        Ok(me)
     }
 
-    fn release(mut me: KBox<Self>, _file: &File) {
-        let ctx = me.ctx.clone();
-        let queue = me.env.queue.queue();
-        let module_ref = me.module_ref.take();
+    fn release(me: KBox<Self>, _file: &File) {
+        let GdrpeerFile { open, debugfs } = KBox::into_inner(me);
         // The debugfs files go first: they hold the context too.
-        drop(me);
-        ctx.close();
-        drop(ctx);
-        if let Some(module_ref) = module_ref {
-            queue.enqueue(module_ref);
-        }
+        drop(debugfs);
+        open.release();
     }
 
-    /// Maps a handle's window: the offset is `GDRPEER_MMAP_OFFSET(handle, off)`.
+    /// Maps a handle's window: the offset is `GDRPEER_MMAP_OFFSET(handle, off)`; cached
+    /// where NVIDIA's table allows it.
     fn mmap(me: &GdrpeerFile, file: &File, vma: &VmaNew) -> Result {
-        if !me.ctx.is_owner() {
-            return Err(EACCES);
-        }
-        if !vma::is_shared(vma) {
-            return Err(EINVAL);
-        }
-        CpuMap::install(&me.ctx, file, vma)
+        CpuMap::install(&me.open.ctx, file, vma, true)
     }
 
-    fn ioctl(me: &GdrpeerFile, _file: &File, cmd: u32, arg: usize) -> Result<isize> {
+    /// Reads the file's invalidation events.
+    fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
+        let wait = fops::may_block(&kiocb);
+        files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
+    }
+
+    fn ioctl(me: &GdrpeerFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
         if cmd == uapi::IOCTL_GET_VERSION {
             return get_version(user);
@@ -186,13 +147,13 @@ impl MiscDevice for GdrpeerFile {
         if !known.contains(&cmd) {
             return Err(ENOTTY);
         }
-        if !me.ctx.is_owner() {
+        if !me.open.ctx.is_owner() {
             return Err(EACCES);
         }
-        let ctx = &me.ctx;
+        let ctx = &me.open.ctx;
         let ret = match cmd {
             uapi::IOCTL_PIN => pin(ctx, user),
-            uapi::IOCTL_UNPIN => unpin(ctx, user),
+            uapi::IOCTL_UNPIN => unpin(ctx, file, user),
             uapi::IOCTL_GET_INFO => info(ctx, user),
             uapi::IOCTL_GET_PAGES => get_pages(ctx, user),
             uapi::IOCTL_DMA_MAP => dma_map(ctx, user),
@@ -202,108 +163,9 @@ impl MiscDevice for GdrpeerFile {
     }
 }
 
-/// `GDRPEER_MMAP_HANDLE_SHIFT` in pages: a mapping's file offset in pages is the handle
-/// shifted by this, plus the page in the window.
-const MMAP_HANDLE_SHIFT_PAGES: u32 = uapi::MMAP_HANDLE_SHIFT - PAGE_SHIFT as u32;
-
-/// A CPU mapping of a handle's window: what one mmap call made, shared by the vmas it
-/// becomes (split, moved); dropped with the last of them (munmap, exit).
-///
-/// Pages are inserted on fault only, from the pin's bus addresses read with the pin's access
-/// held ([`nv_p2p::Pinned::with_bus_address`]), so no fault inserts a page of a freed table.
-/// While it lives the handle cannot be unpinned (-EBUSY) and the vmas hold the file, so its
-/// region stays in use: never evicted, never released. When NVIDIA frees the memory, the
-/// free callback zaps every mapping of the window ([`Zap`]) after the last fault left and
-/// before the table is freed; later faults find the pin revoked and get SIGBUS.
-struct CpuMap {
-    region: Arc<Region>,
-    window: GpuRange,
-    /// The file offset of the window's first byte, in pages.
-    base: usize,
-    /// The handle's count of mappings, put when this goes.
-    count: Arc<MapCount>,
-    /// The [`Zap`] registered on the region.
-    notifier: u64,
-}
-
-impl CpuMap {
-    /// Checks the mapping a new `vma` asks for and installs it.
-    fn install(ctx: &Context, file: &File, vma: &VmaNew) -> Result {
-        let pgoff = vma::pgoff(vma) as u64;
-        let handle = pgoff >> MMAP_HANDLE_SHIFT_PAGES;
-        let offset = (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT;
-        let len = (vma.end() - vma.start()) as u64;
-        let (region, window, count) = ctx.map_handle(handle)?;
-        // Until the mapping is complete, an early return puts the handle's count back.
-        let count = ScopeGuard::new_with_data(count, |count| count.put());
-        if offset + len > window.len() {
-            return Err(EINVAL);
-        }
-        let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
-        let zap = Zap {
-            file: ARef::from(file),
-            base,
-            pages: (window.len() >> PAGE_SHIFT) as usize,
-        };
-        // -ENXIO once the memory was freed.
-        let notifier = region.add_notifier(KBox::new(zap, GFP_KERNEL)?)?;
-        let map = CpuMap {
-            region,
-            window,
-            base,
-            count: count.dismiss(),
-            notifier,
-        };
-        // Dropping `map` on failure undoes both.
-        vma::install(vma, Arc::new(map, GFP_KERNEL)?);
-        Ok(())
-    }
-}
-
-impl PfnMapper for CpuMap {
-    fn fault(&self, fault: &Fault<'_>) -> FaultResult {
-        let Some(page) = fault.pgoff().checked_sub(self.base) else {
-            return FaultResult::SIGBUS;
-        };
-        let byte = (page as u64) << PAGE_SHIFT;
-        if byte >= self.window.len() {
-            return FaultResult::SIGBUS;
-        }
-        let pinned = self.region.pinned();
-        let gpu_page =
-            self.window.first_page_in(pinned.range()) + (byte >> GPU_PAGE_SHIFT) as usize;
-        let within = byte & (GPU_PAGE_SIZE - 1);
-        // -ENXIO: revoked (or being released, which cannot happen while mapped).
-        pinned
-            .with_bus_address(gpu_page, |bus| {
-                fault.insert_pfn((bus + within) >> PAGE_SHIFT)
-            })
-            .unwrap_or(FaultResult::SIGBUS)
-    }
-}
-
-impl Drop for CpuMap {
-    fn drop(&mut self) {
-        // Waits if the free callback is zapping meanwhile; the vmas still hold the file.
-        self.region.remove_notifier(self.notifier);
-        self.count.put();
-    }
-}
-
-/// Zaps the CPU mappings of a window when NVIDIA frees the region: every vma of the file
-/// that maps the handle's offsets, in any process (the region's readers are gone by then,
-/// so no fault re-inserts a page). Holds the file, which keeps its address space alive; the
-/// cycle through the file's context is broken when the mapping goes (the notifier is removed)
-/// or the callback consumes the notifier.
-struct Zap {
-    file: ARef<File>,
-    base: usize,
-    pages: usize,
-}
-
-impl Notifier for Zap {
-    fn notify(&self) {
-        vma::unmap_file_pages(&self.file, self.base, self.pages);
+impl Pollable for GdrpeerFile {
+    fn poll(me: &GdrpeerFile, file: &File, table: PollTable<'_>) -> u32 {
+        files::poll_events(&me.open.ctx, file, table)
     }
 }
 
@@ -349,24 +211,24 @@ fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
         Sharing::Cached
     };
     let range = GpuRange::new(p.va, p.len, params::max_pin_bytes())?;
-    let info = ctx.pin(range, kind, sharing)?;
+    let info = ctx.pin(range, kind, sharing, Tokens::default())?;
     p.handle = info.handle;
     p.aligned_va = info.window.start();
     p.offset = info.window.offset();
     p.page_count = info.window.page_count();
     p.page_size = GPU_PAGE_SIZE as u32;
     writer.write(&p).inspect_err(|_| {
-        // The caller cannot learn the handle: do not keep it.
-        let _ = ctx.unpin(info.handle);
+        // The caller cannot learn the handle: do not keep it (nothing maps it yet).
+        let _ = ctx.unpin(info.handle, || {});
     })
 }
 
-fn unpin(ctx: &Context, user: UserSlice) -> Result {
+fn unpin(ctx: &Context, file: &File, user: UserSlice) -> Result {
     let u: uapi::Unpin = read_arg(&mut user.reader(), |u: &uapi::Unpin| u.size)?;
     if u.pad != 0 {
         return Err(EINVAL);
     }
-    ctx.unpin(u.handle)
+    ctx.unpin(u.handle, || files::unmap_handle(file, u.handle))
 }
 
 fn info(ctx: &Context, user: UserSlice) -> Result {

@@ -32,13 +32,16 @@
 //!
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
-//! 1. Kernel services the `kernel` crate lacks ([`sys`], and PFN mappings for user space in
-//!    [`vma`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
+//! 1. Kernel services the `kernel` crate lacks ([`sys`], PFN mappings for user space in
+//!    [`vma`], `poll` for misc devices in [`fops`]) and the nv-p2p wrapper ([`nv_p2p`], with
+//!    the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
-//!    ([`params`]), counters ([`stats`]), the module environment ([`env`]) and the cache
-//!    ([`cache`]).
+//!    ([`params`]), counters ([`stats`]), the module environment ([`env`]), the cache
+//!    ([`cache`]) and its invalidation events ([`events`]).
 //! 3. The front-ends, which know the engine and not one another: `/dev/gdrpeer`
-//!    ([`chardev`], with its uAPI in [`uapi`]) and the kernel API ([`kapi`]).
+//!    ([`chardev`], with its uAPI in [`uapi`]), `/dev/gdrdrv` ([`gdrdrv`]), both over what
+//!    file front-ends share ([`files`]: CPU mappings, event reads), and the kernel API
+//!    ([`kapi`]).
 //!
 //! # Lock order
 //!
@@ -50,20 +53,27 @@
 //! 3. NVIDIA's global lock, taken inside every `nvidia_p2p_*` call; the free callback runs
 //!    under it, and so do the notifiers it calls (a peer driver's invalidate callback takes
 //!    that driver's own locks there).
-//! 4. `Pinned::state` (spinlock, [`nv_p2p`]): one pin's phase and readers; and
-//!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers. Never held together,
-//!    never held across a call out of gdrpeer, never held while sleeping (the wait for a
-//!    notifier in progress releases `Region::notifiers`).
+//! 4. `Pinned::state` (spinlock, [`nv_p2p`]): one pin's phase and readers;
+//!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers; `Mappings::state`
+//!    (spinlock, [`cache`]): a handle's mappings and their faults; `Events::queue` (spinlock,
+//!    [`events`]): a context's events. Never held together, never held across a call out of
+//!    gdrpeer, never held while sleeping (the waits for a notifier in progress and for faults
+//!    release theirs).
+//!
+//! Outside the order, each taken under none of the above: `Events::reader` (mutex), held by
+//! one reader while it copies events to user space, and `GdrdrvFile::extra` (mutex,
+//! [`gdrdrv`]), a gdrdrv file's per-handle data, taken before or after lock 1, never with it.
 //!
 //! The free callback takes only locks of level 4: the rest of its work (taking the region out
 //! of the tree and out of the accounting) is queued to the engine's work item, which takes 1
 //! then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
 //!
-//! CPU mappings ([`chardev`] over [`vma`]) bring the kernel's mm locks in: a process's
+//! CPU mappings ([`files`] over [`vma`]) bring the kernel's mm locks in: a process's
 //! `mmap_lock` comes before lock 1 (mmap looks the handle up under it); the file's
 //! `i_mmap_rwsem` and the page-table locks come after lock 3 (the free callback's notifiers
 //! zap the mappings with `unmap_mapping_pages`, after the pin's readers, faults included,
-//! left and before the table is freed). A fault takes only lock 4 and the page-table lock,
+//! left and before the table is freed) and after lock 1 (UNPIN of a mapped handle zaps its
+//! mappings under it, once its faults left). A fault takes only lock 4 and the page-table lock,
 //! never `i_mmap_rwsem` nor lock 1; a vma's `close` takes no lock of the engine's and calls
 //! no nv-p2p function; the callback never takes `mmap_lock`.
 
@@ -72,7 +82,11 @@
 mod cache;
 mod chardev;
 mod env;
+mod events;
+mod files;
+mod fops;
 mod gate;
+mod gdrdrv;
 mod kapi;
 mod nv_p2p;
 mod params;
@@ -112,13 +126,18 @@ module! {
             default: 100,
             description: "A peer driver's invalidate callback slower than this is reported in the kernel log",
         },
+        gdrdrv: u32 {
+            default: 1,
+            description: "Register /dev/gdrdrv, a gdrdrv-compatible device, when no /dev/gdrdrv exists (0: never)",
+        },
     },
 }
 
-/// The module's data. Fields drop in order: the device goes first (no new files), the
+/// The module's data. Fields drop in order: the devices go first (no new files), the
 /// callback workqueue last (drained, so no work of ours runs after unload).
 #[pin_data]
 struct GdrpeerModule {
+    _gdrdrv: Option<Pin<KBox<gdrdrv::Gdrdrv>>>,
     #[pin]
     chardev: chardev::Chardev,
     #[pin]
@@ -147,6 +166,7 @@ impl kernel::InPlaceModule for GdrpeerModule {
             }),
             _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
             chardev <- chardev::Chardev::new(&root),
+            _gdrdrv: gdrdrv::Gdrdrv::register(),
             _debugfs: root,
         })
     }

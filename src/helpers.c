@@ -10,11 +10,13 @@
 
 #include "helpers.h"
 
-void gdrpeer_vma_set_pfnmap_wc(struct vm_area_struct *vma)
+void gdrpeer_vma_set_pfnmap(struct vm_area_struct *vma, bool wc)
 {
 	vm_flags_set(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP |
 			  VM_DONTCOPY);
-	vma->vm_page_prot = pgprot_writecombine(vm_get_page_prot(vma->vm_flags));
+	vma->vm_page_prot = vm_get_page_prot(vma->vm_flags);
+	if (wc)
+		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 }
 
 struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf)

@@ -8,8 +8,11 @@
 
 #include <linux/mm_types.h>
 
-/* VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, write-combining. */
-void gdrpeer_vma_set_pfnmap_wc(struct vm_area_struct *vma);
+/*
+ * VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, write-combining
+ * if wc, else with the vma's default (cached) protection.
+ */
+void gdrpeer_vma_set_pfnmap(struct vm_area_struct *vma, bool wc);
 struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf);
 unsigned long gdrpeer_vmf_pgoff(struct vm_fault *vmf);
 /* vmf_insert_pfn_prot() at the fault's address with the vma's protection. */

@@ -35,7 +35,7 @@ use kernel::{
 use crate::{
     cache::{Context, Notifier, Region, Sharing},
     env::Env,
-    nv_p2p::PinKind,
+    nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
 };
@@ -109,7 +109,7 @@ extern "C" fn gdrpeer_rs_kapi_version() -> u32 {
 extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
     might_sleep();
     api_result((|| {
-        let ctx = Context::new(Env::get()?)?;
+        let ctx = Context::new(Env::get()?, false)?;
         Ok(KBox::into_raw(KBox::new(KapiCtx { ctx }, GFP_KERNEL)?).cast())
     })())
 }
@@ -185,10 +185,10 @@ fn pin(
         return Err(EACCES);
     }
     let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached)?;
+    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
     // Until the registration is complete, an early return gives the handle back.
     let handle = ScopeGuard::new_with_data(info.handle, |handle| {
-        let _ = ctx.unpin(handle);
+        let _ = ctx.unpin(handle, || {});
     });
     let (region, window) = ctx.handle_region(*handle)?;
     region.pinned().dma_map(peer)?;
@@ -211,7 +211,7 @@ impl Drop for KapiMr {
         // Waits for a callback in progress; none is made afterwards.
         self.region.remove_notifier(self.notifier);
         // After gdrpeer_ctx_destroy the handle is gone already.
-        let _ = self.ctx.unpin(self.handle);
+        let _ = self.ctx.unpin(self.handle, || {});
     }
 }
 

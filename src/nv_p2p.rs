@@ -75,6 +75,24 @@ mod pin;
 
 pub(crate) use pin::{PinKind, PinOwner, Pinned, Unpinned};
 
+/// The legacy P2P tokens of a pin (CUDA's `CU_POINTER_ATTRIBUTE_P2P_TOKENS`): they name the
+/// VA space whose memory get_pages and put_pages look up. Zero, the default, names the
+/// calling process's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tokens {
+    /// `p2pToken`.
+    pub(crate) p2p_token: u64,
+    /// `vaSpaceToken`.
+    pub(crate) va_space: u32,
+}
+
+impl Tokens {
+    /// Whether these name the calling process's VA space.
+    pub(crate) fn are_default(&self) -> bool {
+        *self == Tokens::default()
+    }
+}
+
 use kernel::{error::to_result, ffi::c_void, prelude::*};
 
 use crate::{range::GPU_PAGE_SIZE, sys};

@@ -39,6 +39,11 @@ pub(crate) fn invalidate_warn_ms() -> u64 {
     param!(invalidate_warn_ms)
 }
 
+/// Whether to register `/dev/gdrdrv` when the name is free (`gdrdrv`).
+pub(crate) fn gdrdrv() -> bool {
+    param!(gdrdrv) != 0
+}
+
 /// Formats the parameters (debugfs `gdrpeer/params`: module parameters are not in sysfs).
 pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let limits = limits();
@@ -46,5 +51,6 @@ pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "cache_max_bytes {}", limits.ctx_bytes)?;
     writeln!(f, "cache_max_regions {}", limits.ctx_regions)?;
     writeln!(f, "global_max_bytes {}", limits.global_bytes)?;
-    writeln!(f, "invalidate_warn_ms {}", invalidate_warn_ms())
+    writeln!(f, "invalidate_warn_ms {}", invalidate_warn_ms())?;
+    writeln!(f, "gdrdrv {}", u32::from(gdrdrv()))
 }

@@ -15,7 +15,8 @@
 //! - [`pci_device`]: a lookup of a `pci::Device` by domain, bus and devfn;
 //! - [`pci_dev_ptr`], [`pci_dev_device_ptr`]: public `as_raw()` on `pci::Device` and
 //!   `device::Device` (both are private in 7.2);
-//! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`.
+//! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`;
+//! - [`path_exists`]: a path lookup (`kern_path`, whose header the bindings lack).
 
 use core::ptr::NonNull;
 use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
@@ -143,4 +144,19 @@ pub(crate) fn pci_dev_device_ptr(dev: &pci::Device) -> *mut bindings::device {
 /// `-EOPNOTSUPP`, which the kernel crate does not name.
 pub(crate) fn eopnotsupp() -> Error {
     Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+}
+
+/// Whether `path` names a file: it opens with `O_PATH` (which opens no device: a device
+/// node's driver is not called), or fails with another error than -ENOENT.
+pub(crate) fn path_exists(path: &CStr) -> bool {
+    // SAFETY: `path` is NUL-terminated; `O_PATH` looks the path up and opens nothing behind it.
+    let file = unsafe { bindings::filp_open(path.as_char_ptr(), bindings::O_PATH as i32, 0) };
+    match kernel::error::from_err_ptr(file) {
+        Ok(file) => {
+            // SAFETY: `filp_open` returned a file reference, which is ours to put.
+            unsafe { bindings::fput(file) };
+            true
+        }
+        Err(e) => e != ENOENT,
+    }
 }

@@ -23,9 +23,9 @@ mod bindings {
 }
 
 pub(crate) use bindings::{
-    gdrpeer_cache_stats as CacheStats, gdrpeer_dma_map as DmaMap, gdrpeer_get_pages as GetPages,
-    gdrpeer_info as Info, gdrpeer_pin as Pin, gdrpeer_stats as Stats, gdrpeer_unpin as Unpin,
-    gdrpeer_version as Version,
+    gdrpeer_cache_stats as CacheStats, gdrpeer_dma_map as DmaMap, gdrpeer_event as Event,
+    gdrpeer_get_pages as GetPages, gdrpeer_info as Info, gdrpeer_pin as Pin,
+    gdrpeer_stats as Stats, gdrpeer_unpin as Unpin, gdrpeer_version as Version,
 };
 
 /// Implements [`FromBytes`] and [`AsBytes`] for uAPI structs.
@@ -38,7 +38,7 @@ macro_rules! plain_data {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats);
+plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats, Event);
 
 /// Pin flag: no free callback (`GDRPEER_PIN_PERSISTENT`).
 pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
@@ -54,6 +54,9 @@ pub(crate) const STATE_REVOKED: u32 = bindings::GDRPEER_STATE_REVOKED;
 /// `GDRPEER_MMAP_HANDLE_SHIFT`: an mmap offset is the handle shifted by this, plus the byte
 /// offset in the window.
 pub(crate) const MMAP_HANDLE_SHIFT: u32 = bindings::GDRPEER_MMAP_HANDLE_SHIFT;
+
+/// `GDRPEER_EVENT_REVOKED`: the driver freed the handle's memory.
+pub(crate) const EVENT_REVOKED: u32 = bindings::GDRPEER_EVENT_REVOKED;
 
 /// ABI version reported by `GDRPEER_IOCTL_GET_VERSION`.
 pub(crate) const ABI_VERSION: u32 = bindings::GDRPEER_ABI_VERSION;

@@ -7,7 +7,7 @@
 //! nor `vm_ops` (its `VmaMixedMap` inserts `struct page`s only). This file adds what a mapping
 //! of BAR pages needs:
 //!
-//! - [`install`] makes a new vma a write-combining `VM_PFNMAP | VM_IO | VM_DONTEXPAND |
+//! - [`install`] makes a new vma a write-combining (or cached) `VM_PFNMAP | VM_IO | VM_DONTEXPAND |
 //!   VM_DONTDUMP | VM_DONTCOPY` mapping served by a [`PfnMapper`], which the vma holds a
 //!   reference to (`vm_private_data`; `open` takes one for each split or moved copy, `close`
 //!   drops it, so the mapper goes with the last vma of the mapping);
@@ -84,7 +84,7 @@ impl Fault<'_> {
     }
 
     /// Maps the faulting address to page frame `pfn` with the vma's protection
-    /// (write-combining), `vmf_insert_pfn_prot`.
+    /// ([`Caching`]), `vmf_insert_pfn_prot`.
     pub(crate) fn insert_pfn(&self, pfn: u64) -> FaultResult {
         // SAFETY: `vmf` is a live fault (type invariant) on a `VM_PFNMAP` vma (`install`); the
         // caller answers for what the frame is, as the mapper's contract says.
@@ -159,17 +159,26 @@ impl<T: PfnMapper> Ops<T> {
     }
 }
 
-/// Makes the new `vma` a write-combining PFN mapping (`VM_PFNMAP | VM_IO | VM_DONTEXPAND |
-/// VM_DONTDUMP | VM_DONTCOPY`) whose faults `mapper` serves. Nothing is mapped until a
-/// fault. Call it last in `mmap`: a failing `mmap` must not have installed a mapper.
-pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, mapper: Arc<T>) {
+/// How the CPU caches a mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Caching {
+    /// Write-combining: uncached, writes merged (device memory behind a BAR).
+    WriteCombining,
+    /// Cached, for memory the CPU reaches coherently.
+    Cached,
+}
+
+/// Makes the new `vma` a PFN mapping (`VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP |
+/// VM_DONTCOPY`) of the given caching whose faults `mapper` serves. Nothing is mapped until
+/// a fault. Call it last in `mmap`: a failing `mmap` must not have installed a mapper.
+pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, caching: Caching, mapper: Arc<T>) {
     let vma = vma.as_ptr();
     // SAFETY: `vma` is being set up under `mmap_lock` held for writing: nobody else reads or
     // writes its fields. The reference in `vm_private_data` is dropped by `close`, which the
     // kernel calls for every vma that `mmap` set up successfully; `Ops::<T>::OPS` is a
     // constant, so `'static`.
     unsafe {
-        helpers::gdrpeer_vma_set_pfnmap_wc(vma);
+        helpers::gdrpeer_vma_set_pfnmap(vma, caching == Caching::WriteCombining);
         (*vma).vm_ops = &Ops::<T>::OPS;
         (*vma).vm_private_data = Arc::into_raw(mapper).cast_mut().cast::<c_void>();
     }

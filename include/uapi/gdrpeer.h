@@ -155,16 +155,18 @@ struct gdrpeer_stats {
  * the window: the mapping shows the window's bytes [off, off + len). Any
  * number of mappings of a handle, at any such offset, may coexist. Only
  * handles below 2^24 can be encoded (the offset has 64 bits).
- * Pages are mapped write-combining, on first access.
+ * Pages are mapped on first access, write-combining, or cached where the
+ * driver's page table says the CPU may cache them (coherent platforms).
  *
  * - Only the process that opened the file may map it (-EACCES); MAP_SHARED
  *   only (-EINVAL for MAP_PRIVATE); a range past the window or an unknown
  *   handle: -EINVAL; memory the driver freed already: -ENXIO. The mapping
  *   cannot grow (mremap) and is not inherited across fork (the child has no
  *   mapping there).
- * - While a handle is mapped, UNPIN of it fails with -EBUSY, and the mapping
- *   keeps the file open (close() of the descriptor does not end it): the
- *   pages stay pinned until munmap.
+ * - A mapping keeps the file open (close() of the descriptor does not end
+ *   it) and its handle's region in use (never evicted). Since ABI 1.3, UNPIN
+ *   of a mapped handle withdraws its mappings (ABI 1.2: -EBUSY): a later
+ *   access raises SIGBUS; munmap them.
  * - When the driver frees the memory (cuMemFree, the owner's exit), every
  *   mapping of it is torn down before the driver's page table is freed; a
  *   later access raises SIGBUS. GET_INFO then reports GDRPEER_STATE_REVOKED;

@@ -9,7 +9,7 @@
 
 use kernel::{ffi::c_void, pci, prelude::*};
 
-use super::{bindings, FreeCallback, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
+use super::{bindings, FreeCallback, Tokens, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
 use crate::{range::GpuRange, sys};
 
 // The fields gdrpeer reads sit where the 1.x ABI puts them in the header it is built
@@ -56,6 +56,40 @@ pub(super) fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange
     }
     Ok(())
 }
+
+/// Where a 2.x table keeps its `flags` word: after `gpu_uuid`, which the 1.x layout ends with.
+const TABLE_FLAGS_OFFSET: usize = 32;
+const _: () = assert!(
+    core::mem::offset_of!(bindings::nvidia_p2p_page_table, gpu_uuid) + 8 == TABLE_FLAGS_OFFSET
+);
+
+/// Whether a table says the CPU may cache its pages (`NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE`
+/// in a 2.x table's `flags`; 1.x tables have none). Read at the 2.x offset whichever header
+/// gdrpeer is built against.
+///
+/// # Safety
+///
+/// `table` is a live table that passed [`check_table`].
+pub(super) unsafe fn table_cpu_cacheable(table: *const bindings::nvidia_p2p_page_table) -> bool {
+    // SAFETY: the table is live (the function's contract).
+    let major = unsafe { (*table).version } >> 16;
+    if major < 2 {
+        return false;
+    }
+    // SAFETY: a 2.x table NVIDIA allocated holds the `flags` word at this offset (the
+    // driver's header; tests/abi checks it across releases).
+    let flags = unsafe {
+        table
+            .cast::<u8>()
+            .add(TABLE_FLAGS_OFFSET)
+            .cast::<u32>()
+            .read()
+    };
+    flags & CPU_CACHEABLE != 0
+}
+
+/// `NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE`, which headers before 2.0 lack.
+const CPU_CACHEABLE: u32 = 1;
 
 /// Checks that a DMA mapping returned by NVIDIA is one gdrpeer can read; returns how many
 /// 64 KiB pages it maps.
@@ -136,35 +170,48 @@ pub(super) unsafe fn copy_bus_addresses(
     Ok(())
 }
 
-/// `nvidia_p2p_get_pages` of `len` bytes at `start` in the calling process.
+/// `nvidia_p2p_get_pages` of `len` bytes at `start` in the VA space `tokens` name (the
+/// calling process's for the default tokens).
 ///
 /// # Safety
 ///
 /// As the C function requires: `start` and `len` are 64 KiB aligned, `table` may be written,
 /// and `data` stays valid until `callback` consumes it or put_pages succeeds.
 pub(super) unsafe fn raw_get_pages(
+    tokens: Tokens,
     start: u64,
     len: u64,
     table: *mut *mut bindings::nvidia_p2p_page_table,
     callback: FreeCallback,
     data: *mut c_void,
 ) -> c_int {
-    // SAFETY: the function's contract; tokens 0 select the calling process.
-    unsafe { bindings::nvidia_p2p_get_pages(0, 0, start, len, table, callback, data) }
+    // SAFETY: the function's contract.
+    unsafe {
+        bindings::nvidia_p2p_get_pages(
+            tokens.p2p_token,
+            tokens.va_space,
+            start,
+            len,
+            table,
+            callback,
+            data,
+        )
+    }
 }
 
-/// `nvidia_p2p_put_pages` of the table pinned at `start`.
+/// `nvidia_p2p_put_pages` of the table pinned at `start` with `tokens`.
 ///
 /// # Safety
 ///
-/// `table` came from [`raw_get_pages`] for `start` in the calling process, is not given back
-/// yet, and is given back once.
+/// `table` came from [`raw_get_pages`] for `start` and `tokens` in the calling process, is not
+/// given back yet, and is given back once.
 pub(super) unsafe fn raw_put_pages(
+    tokens: Tokens,
     start: u64,
     table: *mut bindings::nvidia_p2p_page_table,
 ) -> c_int {
-    // SAFETY: the function's contract; tokens 0 select the calling process.
-    unsafe { bindings::nvidia_p2p_put_pages(0, 0, start, table) }
+    // SAFETY: the function's contract.
+    unsafe { bindings::nvidia_p2p_put_pages(tokens.p2p_token, tokens.va_space, start, table) }
 }
 
 /// `nvidia_p2p_dma_map_pages` of `table` for `peer`, into `map`.

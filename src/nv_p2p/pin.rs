@@ -22,8 +22,9 @@ use super::{
     sig::{
         check_dma_mapping, check_table, copy_bus_addresses, copy_dma_addresses, raw_dma_map,
         raw_dma_unmap, raw_get_pages, raw_get_pages_persistent, raw_put_pages,
-        raw_put_pages_persistent,
+        raw_put_pages_persistent, table_cpu_cacheable,
     },
+    Tokens,
 };
 use crate::{
     gate::{Gate, Side},
@@ -102,6 +103,8 @@ struct State {
     mappers: u32,
     /// Bus (BAR1) address of each 64 KiB page, copied from the table.
     addresses: KVVec<u64>,
+    /// Whether the table says the CPU may cache the pages (coherent platforms).
+    cpu_cacheable: bool,
     /// DMA mappings, by `struct pci_dev` address of the peer.
     maps: RBTree<usize, DmaMap>,
     /// Keeps gdrpeer loaded while NVIDIA can still call back into it.
@@ -129,6 +132,8 @@ struct State {
 pub(crate) struct Pinned {
     range: GpuRange,
     kind: PinKind,
+    /// The VA space get_pages and put_pages name (a callback pin's; persistent pins have none).
+    tokens: Tokens,
     /// The group leader of the pinning process: only it may put a callback pin.
     owner: ARef<Task>,
     /// Keeps gdrpeer's pins off table addresses that a late call may still name.
@@ -155,12 +160,20 @@ unsafe impl Sync for Pinned {}
 const REVOKE_WAIT: Delta = Delta::from_millis(100);
 
 impl Pinned {
-    /// A pin of `range` of the calling process's GPU memory, not made yet ([`Pinned::pin`]).
-    pub(crate) fn new(range: GpuRange, kind: PinKind, gate: &'static Gate) -> impl PinInit<Self> {
+    /// A pin of `range` of the GPU memory of the VA space `tokens` name (the calling
+    /// process's for the default ones, the only ones a persistent pin takes), not made yet
+    /// ([`Pinned::pin`]).
+    pub(crate) fn new(
+        range: GpuRange,
+        kind: PinKind,
+        tokens: Tokens,
+        gate: &'static Gate,
+    ) -> impl PinInit<Self> {
         let owner = ARef::from(current!().group_leader());
         pin_init!(Pinned {
             range,
             kind,
+            tokens,
             owner,
             gate,
             table: Opaque::new(core::ptr::null_mut()),
@@ -170,6 +183,7 @@ impl Pinned {
                     users: 0,
                     mappers: 0,
                     addresses: KVVec::new(),
+                    cpu_cacheable: false,
                     maps: RBTree::new(),
                     _module: None,
                 },
@@ -199,6 +213,11 @@ impl Pinned {
         self.phase() == Phase::Revoked
     }
 
+    /// Whether NVIDIA's table says the CPU may cache its pages (false until pinned).
+    pub(crate) fn cpu_cacheable(&self) -> bool {
+        self.state.lock().cpu_cacheable
+    }
+
     /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
     ///
     /// Fails with nv-p2p's error, -EOPNOTSUPP for a table gdrpeer cannot read or a persistent
@@ -225,6 +244,7 @@ impl Pinned {
                 // (free_callback::<T>), or we take back below if nothing was pinned.
                 let ret = unsafe {
                     raw_get_pages(
+                        this.tokens,
                         this.range.start(),
                         this.range.len(),
                         this.table.get(),
@@ -238,6 +258,7 @@ impl Pinned {
                 }
                 ret
             }
+            PinKind::Persistent if !this.tokens.are_default() => EINVAL.to_errno(),
             // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table` is ours to
             // write.
             PinKind::Persistent => unsafe {
@@ -252,21 +273,29 @@ impl Pinned {
 
         // Readers must not sleep while they hold access: size first, allocate, then copy.
         let read = this
-            .read(|table| check_table(table, &this.range).map(|()| table.entries as usize))
-            .and_then(|n| {
+            .read(|table| {
+                check_table(table, &this.range)?;
+                // SAFETY: the table is live while `read` runs us and passed check_table; the
+                // pointer is NVIDIA's own, valid for the whole table (a 2.x table is longer
+                // than the struct of a 1.x header).
+                let cacheable = unsafe { table_cpu_cacheable(*this.table.get()) };
+                Ok((table.entries as usize, cacheable))
+            })
+            .and_then(|(n, cacheable)| {
                 let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
                 this.read(|table| {
                     // SAFETY: the table is live while `read` runs us, passed check_table and
                     // has `n` entries.
                     unsafe { copy_bus_addresses(table, n, &mut addresses) }
                 })?;
-                Ok(addresses)
+                Ok((addresses, cacheable))
             });
         let mut s = this.state.lock();
         match read {
-            Ok(addresses) if s.phase == Phase::Pinning => {
+            Ok((addresses, cacheable)) if s.phase == Phase::Pinning => {
                 s.phase = Phase::Valid;
                 s.addresses = addresses;
+                s.cpu_cacheable = cacheable;
                 if this.kind == PinKind::Callback {
                     s._module = Some(module);
                 }
@@ -529,7 +558,7 @@ impl Pinned {
             // SAFETY: we are the pinning process (may_unpin_here) and own the table; should
             // the callback have freed it meanwhile, the gate keeps its address from naming
             // another pin of ours, and NVIDIA finds nothing under the key.
-            PinKind::Callback => unsafe { raw_put_pages(this.range.start(), table) },
+            PinKind::Callback => unsafe { raw_put_pages(this.tokens, this.range.start(), table) },
             // SAFETY: the table came from get_pages_persistent for this range, and we moved
             // the phase from Valid to Releasing: nobody else gives it back, so this is once.
             PinKind::Persistent => unsafe { raw_put_pages_persistent(this.range.start(), table) },

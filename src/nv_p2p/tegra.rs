@@ -10,7 +10,7 @@
 
 use kernel::{ffi::c_void, pci, prelude::*};
 
-use super::{bindings, FreeCallback, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
+use super::{bindings, FreeCallback, Tokens, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
 use crate::{
     range::{GpuRange, GPU_PAGE_SIZE},
     sys,
@@ -25,6 +25,15 @@ const _: () = {
     assert!(offset_of!(Map, version) == 0 && offset_of!(Map, hw_address) == 8);
     assert!(offset_of!(Map, hw_len) == 16 && offset_of!(Map, entries) == 24);
 };
+
+/// Tegra tables are never CPU-cacheable GPU memory: [`check_table`] refuses them all.
+///
+/// # Safety
+///
+/// None needed; `unsafe` as the desktop set's is, with its contract.
+pub(super) unsafe fn table_cpu_cacheable(_table: *const bindings::nvidia_p2p_page_table) -> bool {
+    false
+}
 
 /// Refuses the page table: a Tegra table lists 4 KiB pages of system memory, whose addresses
 /// gdrpeer cannot read (`crate::nv_p2p`'s documentation); says so in the kernel log.
@@ -138,7 +147,8 @@ pub(super) unsafe fn copy_bus_addresses(
     Err(sys::eopnotsupp())
 }
 
-/// `nvidia_p2p_get_pages` of `len` bytes at `start` in the calling process.
+/// `nvidia_p2p_get_pages` of `len` bytes at `start` in the calling process. Tegra's API has
+/// no P2P tokens: any but the default ones get -EOPNOTSUPP.
 ///
 /// # Safety
 ///
@@ -146,12 +156,16 @@ pub(super) unsafe fn copy_bus_addresses(
 /// enough), `table` may be written, and `data` stays valid until `callback` consumes it,
 /// which it does at the latest inside [`raw_put_pages`].
 pub(super) unsafe fn raw_get_pages(
+    tokens: Tokens,
     start: u64,
     len: u64,
     table: *mut *mut bindings::nvidia_p2p_page_table,
     callback: FreeCallback,
     data: *mut c_void,
 ) -> c_int {
+    if !tokens.are_default() {
+        return sys::eopnotsupp().to_errno();
+    }
     // SAFETY: the function's contract; Tegra pins in the calling process's `mm`, which is
     // where `start` lies.
     unsafe { bindings::nvidia_p2p_get_pages(start, len, table, callback, data) }
@@ -166,6 +180,7 @@ pub(super) unsafe fn raw_get_pages(
 /// `table` came from [`raw_get_pages`], is not given back yet, and is given back once. The
 /// caller holds no lock that the free callback takes, as the callback runs inside this call.
 pub(super) unsafe fn raw_put_pages(
+    _tokens: Tokens,
     _start: u64,
     table: *mut bindings::nvidia_p2p_page_table,
 ) -> c_int {

@@ -100,7 +100,6 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
         (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
             " (the address array is shorter than the window)"
         }
-        (Op::Unpin, Errno::BUSY) => " (the handle is mapped: munmap it first)",
         (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
         (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
         (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
@@ -561,9 +560,8 @@ impl Device {
 
     /// Maps `len` bytes of `handle`'s window, from byte `offset` (a multiple
     /// of 4 KiB), for CPU access: write-combining, shared, unmapped when the
-    /// returned [`Mapping`] is dropped. While it lives, UNPIN of the handle
-    /// fails with `EBUSY`; should the GPU memory be freed meanwhile, access
-    /// through it raises SIGBUS.
+    /// returned [`Mapping`] is dropped. UNPIN of the handle withdraws it, as
+    /// does the GPU memory being freed: access through it then raises SIGBUS.
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
             // GDRPEER_MMAP_OFFSET cannot encode it.

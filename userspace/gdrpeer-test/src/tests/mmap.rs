@@ -3,9 +3,9 @@
 //! CPU mappings of pinned GPU memory (mmap of `/dev/gdrpeer`): bytes written through a
 //! mapping are the GPU's (read back through nvsim's own mapping of the BAR) and the reverse,
 //! at any 4 KiB offset of an unaligned window, in several mappings at once; the errors
-//! (past the window, MAP_PRIVATE, another process); the mapping's hold on its handle (UNPIN
-//! is EBUSY, close and eviction leave it working); and its end when NVIDIA frees the memory:
-//! zapped before the table goes, SIGBUS after.
+//! (past the window, MAP_PRIVATE, another process); the mapping's hold on its region (close
+//! and eviction leave it working); and its end when the handle is unpinned or NVIDIA frees the
+//! memory: zapped before the pages can go, SIGBUS after.
 
 use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
 use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait};
@@ -110,12 +110,7 @@ fn mmap_two_mappings_of_one_handle() -> TestResult {
         "the second page in GPU memory"
     );
     drop(part);
-    // The other mapping still holds the handle.
-    check_eq!(
-        fails(d.unpin(p.handle), "unpin with one mapping left")?,
-        Errno::BUSY,
-        "unpin with one mapping left"
-    );
+    // The other mapping still works once one is gone.
     whole.write(0, &data);
     check_eq!(
         gpu.read(va, data.len()).map_err(errno)?,
@@ -284,29 +279,35 @@ fn mmap_outlives_close() -> TestResult {
     Ok(())
 }
 
-/// UNPIN of a mapped handle is EBUSY; the mapping keeps working; after munmap UNPIN works.
-fn mmap_unpin_while_mapped_is_ebusy() -> TestResult {
-    let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(K64).map_err(errno)?;
-    let d = dev()?;
-    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
-    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+/// UNPIN of a mapped handle withdraws the mapping: a child that maps, writes, unpins and
+/// touches the mapping again dies of SIGBUS. The region stays cached after UNPIN, so only the
+/// zap keeps that write from landing.
+fn mmap_access_after_unpin_is_sigbus() -> TestResult {
+    let child = fork(|| {
+        let gpu = Gpu::open().map_err(errno)?;
+        let (va, _) = gpu.alloc(K64).map_err(errno)?;
+        let data = pattern(8, K64 as usize);
+        let d = dev()?;
+        let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+        let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+        m.write(0, &data);
+        ok(d.unpin(p.handle), "unpin while mapped")?;
+        let stats = ok(d.stats(), "stats")?;
+        check_eq!(stats.handles, 0, "handles after unpin");
+        check_eq!(stats.file.regions, 1, "regions after unpin (lazily cached)");
+        check_eq!(
+            gpu.read(va, data.len()).map_err(errno)?,
+            data,
+            "GPU memory after unpin"
+        );
+        m.write(8, &[0x55]);
+        Err("wrote through the mapping after UNPIN".to_string())
+    })?;
     check_eq!(
-        fails(d.unpin(p.handle), "unpin while mapped")?,
-        Errno::BUSY,
-        "unpin while mapped"
+        wait_status(child)?,
+        Err(libc::SIGBUS),
+        "the child touching an unpinned mapping"
     );
-    let data = pattern(8, K64 as usize);
-    m.write(0, &data);
-    check_eq!(
-        gpu.read(va, data.len()).map_err(errno)?,
-        data,
-        "GPU memory after the refused unpin"
-    );
-    check_eq!(ok(d.stats(), "stats")?.handles, 1, "handles");
-    drop(m);
-    ok(d.unpin(p.handle), "unpin after munmap")?;
-    check_eq!(ok(d.stats(), "stats")?.handles, 0, "handles after unpin");
     Ok(())
 }
 
@@ -457,8 +458,8 @@ fn mmap_scm_rights_receiver_gets_eacces() -> TestResult {
 }
 
 /// A mapping split in three by munmap of a page in its middle, and its last part by mprotect:
-/// every piece still reaches its GPU page, the handle stays busy while any piece is mapped,
-/// and UNPIN works once all are gone.
+/// every piece still reaches its GPU page; pieces unmapped one by one, and UNPIN over the
+/// last, leave nothing behind (checked after every test).
 fn mmap_split_by_munmap_and_mprotect() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
@@ -514,16 +515,15 @@ fn mmap_split_by_munmap_and_mprotect() -> TestResult {
         data[4 * pg..5 * pg].to_vec(),
         "the unmapped page"
     );
-    for (i, (at, n)) in pieces.into_iter().enumerate() {
-        check_eq!(
-            fails(d.unpin(p.handle), "unpin with pieces mapped")?,
-            Errno::BUSY,
-            format!("unpin with {} pieces mapped", 3 - i)
-        );
+    // Two pieces go by munmap, the last is withdrawn by UNPIN, then unmapped.
+    for (at, n) in &pieces[..2] {
         // SAFETY: a piece still mapped, used no more.
-        unsafe { munmap(base.add(at).cast(), n) }.map_err(errno)?;
+        unsafe { munmap(base.add(*at).cast(), *n) }.map_err(errno)?;
     }
-    ok(d.unpin(p.handle), "unpin after the last piece")
+    ok(d.unpin(p.handle), "unpin with the last piece mapped")?;
+    let (at, n) = pieces[2];
+    // SAFETY: the last piece, withdrawn by UNPIN and not touched again.
+    unsafe { munmap(base.add(at).cast(), n) }.map_err(errno)
 }
 
 /// mremap may not grow a mapping (VM_DONTEXPAND: EFAULT); the mapping keeps working.
@@ -624,8 +624,8 @@ pub const TESTS: &[Test] = &[
     ),
     ("gdrpeer-mmap-outlives-close", mmap_outlives_close),
     (
-        "gdrpeer-mmap-unpin-while-mapped-is-ebusy",
-        mmap_unpin_while_mapped_is_ebusy,
+        "gdrpeer-mmap-access-after-unpin-is-sigbus",
+        mmap_access_after_unpin_is_sigbus,
     ),
     ("gdrpeer-mmap-survives-eviction", mmap_survives_eviction),
     ("gdrpeer-mmap-fork-before-map", mmap_fork_before_map),

@@ -6,6 +6,8 @@
 pub mod badinput;
 mod cache;
 mod callback;
+mod events;
+mod gdrdrv_device;
 mod mmap;
 mod pinning;
 pub mod processes;
@@ -14,7 +16,7 @@ mod regcache;
 use nvsim::testing::Test;
 
 /// The subjects' tables, in the order they run.
-const SUBJECTS: [&[Test]; 7] = [
+const SUBJECTS: [&[Test]; 9] = [
     pinning::TESTS,
     cache::TESTS,
     callback::TESTS,
@@ -22,6 +24,8 @@ const SUBJECTS: [&[Test]; 7] = [
     badinput::TESTS,
     regcache::TESTS,
     mmap::TESTS,
+    events::TESTS,
+    gdrdrv_device::TESTS,
 ];
 
 /// Every test of the default run, in order.

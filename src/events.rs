@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Invalidation events: the queue of one context's handles that NVIDIA revoked, for the
+//! front-ends that let user space learn of revocations without polling each handle
+//! (`read(2)` and `poll(2)` on `/dev/gdrpeer` and `/dev/gdrdrv`).
+//!
+//! The free callback reports a revocation by pushing the handle, under NVIDIA's lock: it must
+//! not sleep nor allocate there. So every handle that may be revoked holds a slot of the
+//! queue's capacity, reserved when it is pinned ([`Events::reserve`]) and kept by its event
+//! until the event is read: a push never allocates and never fails.
+//!
+//! `Events::queue` is a leaf lock (level 4 of the crate's lock order): nothing is called and
+//! no other lock is taken while it is held. `Events::reader` serializes readers; it is held
+//! while events are copied to user space (which may fault) and taken under no other lock.
+
+use kernel::{
+    fs::File,
+    new_mutex, new_poll_condvar, new_spinlock,
+    prelude::*,
+    sync::{
+        poll::{PollCondVar, PollTable},
+        Arc, Mutex, SpinLock,
+    },
+};
+
+use crate::cache::Notifier;
+
+/// The queued events and the slots reserved for them, under [`Events::queue`].
+///
+/// # Invariants
+///
+/// `pending.len() <= reserved <= pending.capacity()`.
+struct Queue {
+    /// Revoked handles, oldest first.
+    pending: KVec<u64>,
+    /// Slots held: one per pending event and one per handle that may still be revoked.
+    reserved: usize,
+}
+
+/// One context's invalidation events.
+#[pin_data]
+pub(crate) struct Events {
+    #[pin]
+    queue: SpinLock<Queue>,
+    /// Woken when an event is queued: readers waiting and `poll` waiters.
+    #[pin]
+    readable: PollCondVar,
+    /// Held by the one reader handing events out (taken before `queue`; it may sleep).
+    #[pin]
+    reader: Mutex<()>,
+}
+
+/// Most events one [`Events::read`] hands out.
+pub(crate) const MAX_READ: usize = 32;
+
+/// What [`Events::read`] found.
+pub(crate) enum Read {
+    /// This many handles were written to the buffer.
+    Events(usize),
+    /// None is queued and the caller may not wait.
+    WouldBlock,
+}
+
+impl Events {
+    /// An empty queue.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Events {
+                // INVARIANT: nothing pending, nothing reserved.
+                queue <- new_spinlock!(
+                    Queue {
+                        pending: KVec::new(),
+                        reserved: 0,
+                    },
+                    "Events::queue"
+                ),
+                readable <- new_poll_condvar!("Events::readable"),
+                reader <- new_mutex!((), "Events::reader"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Reserves the slot of one more handle that may be revoked.
+    pub(crate) fn reserve(&self) -> Result {
+        loop {
+            let need = self.queue.lock().reserved + 1;
+            // Allocated without the spinlock; installed if still big enough.
+            let mut bigger = KVec::with_capacity(need, GFP_KERNEL)?;
+            let mut q = self.queue.lock();
+            if q.reserved < q.pending.capacity() {
+                q.reserved += 1;
+                return Ok(());
+            }
+            if q.reserved + 1 > bigger.capacity() {
+                // Others reserved meanwhile: size again.
+                continue;
+            }
+            // The capacity suffices: this does not allocate.
+            bigger.extend_from_slice(&q.pending, GFP_NOWAIT)?;
+            q.pending = bigger;
+            // INVARIANT: `reserved + 1 <= capacity`, and nothing was dropped from `pending`.
+            q.reserved += 1;
+            return Ok(());
+        }
+    }
+
+    /// Gives back the slot of a handle that went without being revoked.
+    pub(crate) fn unreserve(&self) {
+        let mut q = self.queue.lock();
+        // INVARIANT: the slot was held by no pending event.
+        q.reserved -= 1;
+    }
+
+    /// Queues a revocation of `handle`, in the slot its pin reserved. Never sleeps.
+    pub(crate) fn push(&self, handle: u64) {
+        {
+            let mut q = self.queue.lock();
+            if q.pending.len() >= q.reserved {
+                // A push without a reservation: a bug, and the event cannot be stored.
+                pr_err!("event for handle {} without a reserved slot\n", handle);
+                return;
+            }
+            // The slot is reserved (`len < reserved <= capacity`): this does not allocate.
+            if q.pending.push(handle, GFP_NOWAIT).is_err() {
+                pr_err!("event for handle {} lost\n", handle);
+                return;
+            }
+        }
+        self.readable.notify_all();
+    }
+
+    /// Hands up to `max` of the oldest events to `deliver`, waiting for one when none is
+    /// queued and `wait` allows (interruptibly: -ERESTARTSYS on a signal). `deliver` may sleep
+    /// (it copies to user space) and returns how many it took; only those leave the queue.
+    pub(crate) fn read(
+        &self,
+        max: usize,
+        wait: bool,
+        deliver: impl FnOnce(&[u64]) -> usize,
+    ) -> Result<Read> {
+        let mut batch = [0u64; MAX_READ];
+        // Waits without `reader`, so that a waiting reader keeps no other from its signals.
+        let (_reader, n) = loop {
+            {
+                let mut q = self.queue.lock();
+                while q.pending.is_empty() {
+                    if !wait {
+                        return Ok(Read::WouldBlock);
+                    }
+                    if self.readable.wait_interruptible(&mut q) {
+                        return Err(ERESTARTSYS);
+                    }
+                }
+            }
+            // One reader at a time: the events handed out stay the oldest until taken.
+            let reader = self.reader.lock();
+            let q = self.queue.lock();
+            let n = max.min(MAX_READ).min(q.pending.len());
+            batch[..n].copy_from_slice(&q.pending[..n]);
+            if n > 0 || max == 0 {
+                break (reader, n);
+            }
+            // Another reader took them meanwhile.
+        };
+        let taken = deliver(&batch[..n]).min(n);
+        let mut q = self.queue.lock();
+        let left = q.pending.len() - taken;
+        q.pending.copy_within(taken.., 0);
+        q.pending.truncate(left);
+        // INVARIANT: the events taken give their slots back.
+        q.reserved -= taken;
+        Ok(Read::Events(taken))
+    }
+
+    /// For `poll`: registers the waiter and tells whether an event is queued.
+    pub(crate) fn poll(&self, file: &File, table: PollTable<'_>) -> bool {
+        table.register_wait(file, &self.readable);
+        !self.queue.lock().pending.is_empty()
+    }
+}
+
+/// A handle's notifier: queues its revocation on its context's [`Events`].
+pub(crate) struct HandleEvent {
+    pub(crate) events: Arc<Events>,
+    pub(crate) handle: u64,
+}
+
+impl Notifier for HandleEvent {
+    fn notify(&self) {
+        self.events.push(self.handle);
+    }
+}

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What the file front-ends, `/dev/gdrpeer` ([`crate::chardev`]) and `/dev/gdrdrv`
+//! ([`crate::gdrdrv`]), share: an open file's context and module reference ([`OpenFile`]), CPU
+//! mappings of a handle's window ([`CpuMap`]) and the reading and polling of invalidation
+//! events ([`read_events`], [`poll_events`]).
+//!
+//! Both devices encode a handle in the mmap offset the same way: the handle shifted by
+//! `GDRPEER_MMAP_HANDLE_SHIFT` bits, plus the byte offset in the window (a gdrdrv handle is
+//! the gdrpeer handle shifted to make that offset in pages).
+
+use kernel::{
+    bindings,
+    fs::File,
+    iov::IovIterDest,
+    mm::virt::VmaNew,
+    page::PAGE_SHIFT,
+    prelude::*,
+    sync::{aref::ARef, poll::PollTable, Arc},
+    transmute::AsBytes,
+    types::ScopeGuard,
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
+};
+
+use crate::{
+    cache::{Context, Mappings, Notifier, Region},
+    env::Env,
+    events::Read,
+    range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
+    sys::ModuleRef,
+    uapi,
+    vma::{self, Caching, Fault, FaultResult, PfnMapper},
+};
+
+/// An open file's reference on the module, put from gdrpeer's workqueue once the file is
+/// released.
+///
+/// The kernel crate's misc-device file operations name no owner, so an open file does not
+/// pin the module by itself. Putting the reference from `release` would let the module go
+/// while `release` still returns through its code; module exit drains the workqueue, so
+/// putting it from a work item cannot.
+#[pin_data]
+struct FileModuleRef {
+    #[pin]
+    work: Work<FileModuleRef>,
+    _module: ModuleRef,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for FileModuleRef { self.work }
+}
+
+impl WorkItem for FileModuleRef {
+    type Pointer = Pin<KBox<FileModuleRef>>;
+
+    fn run(this: Pin<KBox<FileModuleRef>>) {
+        drop(this);
+    }
+}
+
+impl FileModuleRef {
+    /// A reference for a file being opened; -ENODEV once the module is going away.
+    fn new(env: &Env) -> Result<Pin<KBox<Self>>> {
+        let module = ModuleRef::get(env.module).map_err(|_| ENODEV)?;
+        KBox::pin_init(
+            pin_init!(FileModuleRef {
+                work <- new_work!("FileModuleRef::work"),
+                _module: module,
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Puts the reference from the module's workqueue, once the file is released.
+    fn put(self: Pin<KBox<Self>>, env: &Env) {
+        env.queue.queue().enqueue(self);
+    }
+}
+
+/// What every open file of a front-end device holds: a context of the opening process, with
+/// events, and a reference on the module.
+pub(crate) struct OpenFile {
+    env: &'static Env,
+    module_ref: Pin<KBox<FileModuleRef>>,
+    /// The file's registration cache.
+    pub(crate) ctx: Arc<Context>,
+}
+
+impl OpenFile {
+    /// The state of a file being opened.
+    pub(crate) fn new() -> Result<Self> {
+        let env = Env::get()?;
+        Ok(OpenFile {
+            env,
+            module_ref: FileModuleRef::new(env)?,
+            ctx: Context::new(env, true)?,
+        })
+    }
+
+    /// The file is released: closes the context (whatever else holds it must be dropped
+    /// first) and puts the module reference.
+    pub(crate) fn release(self) {
+        let OpenFile {
+            env,
+            module_ref,
+            ctx,
+        } = self;
+        ctx.close();
+        drop(ctx);
+        module_ref.put(env);
+    }
+}
+
+/// `GDRPEER_MMAP_HANDLE_SHIFT` in pages: a mapping's file offset in pages is the handle
+/// shifted by this, plus the page in the window.
+pub(crate) const MMAP_HANDLE_SHIFT_PAGES: u32 = uapi::MMAP_HANDLE_SHIFT - PAGE_SHIFT as u32;
+
+/// A CPU mapping of a handle's window: what one mmap call made, shared by the vmas it
+/// becomes (split, moved); dropped with the last of them (munmap, exit).
+///
+/// Pages are inserted on fault only, from the pin's bus addresses read with the pin's access
+/// held ([`nv_p2p::Pinned::with_bus_address`]), so no fault inserts a page of a freed table.
+/// While the handle lives its region stays in use: never evicted, never released (and the
+/// vmas hold the file, so the context cannot close). Unpinning the handle ends its mappings
+/// ([`Mappings`]) and zaps them ([`unmap_handle`]); when NVIDIA frees the memory, the free
+/// callback zaps every mapping of the window ([`Zap`]) after the last fault left and before
+/// the table is freed. Either way later faults get SIGBUS.
+pub(crate) struct CpuMap {
+    region: Arc<Region>,
+    window: GpuRange,
+    /// The file offset of the window's first byte, in pages.
+    base: usize,
+    /// The handle's mappings, put when this goes.
+    mappings: Arc<Mappings>,
+    /// The [`Zap`] registered on the region.
+    notifier: u64,
+}
+
+impl CpuMap {
+    /// Checks the mapping a new `vma` asks for and installs it: cached if `allow_cached` and
+    /// NVIDIA's table says the CPU may cache the pages ([`mapping_caching`]), write-combining
+    /// otherwise.
+    pub(crate) fn install(ctx: &Context, file: &File, vma: &VmaNew, allow_cached: bool) -> Result {
+        if !ctx.is_owner() {
+            return Err(EACCES);
+        }
+        if !vma::is_shared(vma) {
+            return Err(EINVAL);
+        }
+        let pgoff = vma::pgoff(vma) as u64;
+        let handle = pgoff >> MMAP_HANDLE_SHIFT_PAGES;
+        let offset = (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT;
+        let len = (vma.end() - vma.start()) as u64;
+        let (region, window, mappings) = ctx.map_handle(handle)?;
+        // Until the mapping is complete, an early return puts it back.
+        let mappings = ScopeGuard::new_with_data(mappings, |mappings| mappings.put());
+        if offset + len > window.len() {
+            return Err(EINVAL);
+        }
+        let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
+        let zap = Zap {
+            file: ARef::from(file),
+            base,
+            pages: (window.len() >> PAGE_SHIFT) as usize,
+        };
+        // -ENXIO once the memory was freed.
+        let notifier = region.add_notifier(KBox::new(zap, GFP_KERNEL)?)?;
+        let map = CpuMap {
+            region,
+            window,
+            base,
+            mappings: mappings.dismiss(),
+            notifier,
+        };
+        let caching = mapping_caching(&map.region, allow_cached);
+        // Dropping `map` on failure undoes both.
+        vma::install(vma, caching, Arc::new(map, GFP_KERNEL)?);
+        Ok(())
+    }
+}
+
+impl PfnMapper for CpuMap {
+    fn fault(&self, fault: &Fault<'_>) -> FaultResult {
+        let Some(page) = fault.pgoff().checked_sub(self.base) else {
+            return FaultResult::SIGBUS;
+        };
+        let byte = (page as u64) << PAGE_SHIFT;
+        if byte >= self.window.len() {
+            return FaultResult::SIGBUS;
+        }
+        // The handle was unpinned: its region may be released.
+        if !self.mappings.enter() {
+            return FaultResult::SIGBUS;
+        }
+        let pinned = self.region.pinned();
+        let gpu_page =
+            self.window.first_page_in(pinned.range()) + (byte >> GPU_PAGE_SHIFT) as usize;
+        let within = byte & (GPU_PAGE_SIZE - 1);
+        // -ENXIO: revoked (or released, which cannot happen while the handle lives).
+        let result = pinned
+            .with_bus_address(gpu_page, |bus| {
+                fault.insert_pfn((bus + within) >> PAGE_SHIFT)
+            })
+            .unwrap_or(FaultResult::SIGBUS);
+        self.mappings.leave();
+        result
+    }
+}
+
+impl Drop for CpuMap {
+    fn drop(&mut self) {
+        // Waits if the free callback is zapping meanwhile; the vmas still hold the file.
+        self.region.remove_notifier(self.notifier);
+        self.mappings.put();
+    }
+}
+
+/// Zaps the CPU mappings of a window when NVIDIA frees the region: every vma of the file
+/// that maps the handle's offsets, in any process (the region's readers are gone by then,
+/// so no fault re-inserts a page). Holds the file, which keeps its address space alive; the
+/// cycle through the file's context is broken when the mapping goes (the notifier is removed)
+/// or the callback consumes the notifier.
+struct Zap {
+    file: ARef<File>,
+    base: usize,
+    pages: usize,
+}
+
+impl Notifier for Zap {
+    fn notify(&self) {
+        vma::unmap_file_pages(&self.file, self.base, self.pages);
+    }
+}
+
+/// Zaps every mapping of `handle` of `file`, for [`Context::unpin`] (whose lock it runs
+/// under: `unmap_mapping_pages` takes the file's `i_mmap_rwsem` and page-table locks, never a
+/// `mmap_lock`).
+pub(crate) fn unmap_handle(file: &File, handle: u64) {
+    // The whole of the handle's offsets: only its mappings lie there.
+    let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
+    vma::unmap_file_pages(file, base, 1 << MMAP_HANDLE_SHIFT_PAGES);
+}
+
+/// How a mapping of `region` is cached: cached only if the caller allows it and NVIDIA's
+/// table says the CPU may cache the pages (coherent platforms), write-combining otherwise.
+pub(crate) fn mapping_caching(region: &Region, allow_cached: bool) -> Caching {
+    if allow_cached && region.pinned().cpu_cacheable() {
+        Caching::Cached
+    } else {
+        Caching::WriteCombining
+    }
+}
+
+/// `read(2)` of a file's invalidation events: whole `struct gdrpeer_event` records, oldest
+/// first, waiting for one if none is queued and `wait` allows.
+///
+/// -EACCES from another process than the opener, -EINVAL for a buffer smaller than a record,
+/// -EAGAIN when none is queued and `wait` is false, -EFAULT when no record could be copied
+/// (the events stay queued).
+///
+/// `name` gives the handle as the device names it.
+pub(crate) fn read_events(
+    ctx: &Context,
+    iov: &mut IovIterDest<'_>,
+    wait: bool,
+    name: impl Fn(u64) -> u64,
+) -> Result<usize> {
+    const RECORD: usize = core::mem::size_of::<uapi::Event>();
+    if !ctx.is_owner() {
+        return Err(EACCES);
+    }
+    let events = ctx.events().ok_or(EINVAL)?;
+    let room = iov.len() / RECORD;
+    if room == 0 {
+        return Err(EINVAL);
+    }
+    let read = events.read(room, wait, |handles| {
+        handles
+            .iter()
+            .take_while(|&&handle| {
+                let event = uapi::Event {
+                    handle: name(handle),
+                    type_: uapi::EVENT_REVOKED,
+                    pad: 0,
+                };
+                iov.copy_to_iter(event.as_bytes()) == RECORD
+            })
+            .count()
+    })?;
+    match read {
+        Read::Events(0) => Err(EFAULT),
+        Read::Events(n) => Ok(n * RECORD),
+        Read::WouldBlock => Err(EAGAIN),
+    }
+}
+
+/// `poll(2)` of a file's events: readable while one is queued; POLLERR for another process
+/// than the opener, which may not read them.
+pub(crate) fn poll_events(ctx: &Context, file: &File, table: PollTable<'_>) -> u32 {
+    if !ctx.is_owner() {
+        return bindings::POLLERR;
+    }
+    match ctx.events() {
+        Some(events) if events.poll(file, table) => bindings::POLLIN | bindings::POLLRDNORM,
+        _ => 0,
+    }
+}

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `/dev/gdrdrv` at the ioctl level, with the structs of the gdrdrv ABI written out here: the
+//! version and attributes, a pin of an unaligned buffer, its info, a mapping at
+//! `handle << 12` whose bytes are the GPU's, UNPIN while mapped, a re-pin served by the cache,
+//! GET_CB_FLAG and an event after the free, and the errors.
+
+use crate::helpers::{gstat, pattern, K64};
+use nvsim::testing::{debugfs, errno, Test, TestResult};
+use nvsim::{check, check_eq, Gpu};
+use rustix::{
+    fd::{AsRawFd, OwnedFd},
+    fs::{open, Mode, OFlags},
+    io::{read, Errno},
+    mm::{mmap, munmap, MapFlags, ProtFlags},
+};
+
+#[repr(C)]
+#[derive(Default)]
+struct PinBuffer {
+    addr: u64,
+    size: u64,
+    p2p_token: u64,
+    va_space: u32,
+    pad: u32,
+    handle: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Handle {
+    handle: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CbFlag {
+    handle: u64,
+    flag: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct InfoV2 {
+    handle: u64,
+    va: u64,
+    mapped_size: u64,
+    page_size: u32,
+    tsc_khz: u32,
+    tm_cycles: u64,
+    mapping_type: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Attr {
+    attr: u32,
+    val: u32,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Version {
+    version: u32,
+    minimum: u32,
+}
+
+const PIN_BUFFER: u64 = 0xc028_da01;
+const UNPIN_BUFFER: u64 = 0xc008_da02;
+const GET_CB_FLAG: u64 = 0xc008_da03;
+const GET_INFO_V2: u64 = 0xc008_da05;
+const GET_ATTR: u64 = 0xc008_da06;
+const GET_VERSION: u64 = 0xc008_daff;
+
+fn ioctl<T>(fd: &OwnedFd, cmd: u64, arg: &mut T) -> Result<(), Errno> {
+    // SAFETY: `arg` is the struct the command takes, borrowed for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, std::ptr::from_mut(arg)) };
+    if r < 0 {
+        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap());
+    }
+    Ok(())
+}
+
+fn gdrdrv() -> Result<OwnedFd, String> {
+    open(
+        "/dev/gdrdrv",
+        OFlags::RDWR | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("open /dev/gdrdrv: {e}"))
+}
+
+fn pin(fd: &OwnedFd, addr: u64, size: u64) -> Result<u64, String> {
+    let mut p = PinBuffer {
+        addr,
+        size,
+        ..Default::default()
+    };
+    ioctl(fd, PIN_BUFFER, &mut p).map_err(|e| format!("PIN_BUFFER: {e}"))?;
+    Ok(p.handle)
+}
+
+fn gdrdrv_pin_map_unpin() -> TestResult {
+    let fd = gdrdrv()?;
+    let mut v = Version::default();
+    ioctl(&fd, GET_VERSION, &mut v).map_err(errno)?;
+    check_eq!((v.version, v.minimum), (0x2_0006, 0x2_0000), "versions");
+    let mut a = Attr {
+        attr: 1,
+        ..Default::default()
+    };
+    ioctl(&fd, GET_ATTR, &mut a).map_err(errno)?;
+    check_eq!(a.val, 0, "USE_PERSISTENT_MAPPING");
+    a.attr = 77;
+    check_eq!(
+        ioctl(&fd, GET_ATTR, &mut a),
+        Err(Errno::INVAL),
+        "unknown attr"
+    );
+    check_eq!(
+        ioctl(&fd, 0xc008_da42, &mut a),
+        Err(Errno::NOTTY),
+        "unknown command"
+    );
+
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
+    let h = pin(&fd, va + 100, 1000)?;
+    let mut i = InfoV2 {
+        handle: h,
+        ..Default::default()
+    };
+    ioctl(&fd, GET_INFO_V2, &mut i).map_err(errno)?;
+    check_eq!((i.va, i.mapped_size, i.page_size), (va, K64, 65536), "info");
+    check_eq!(i.mapping_type, 1, "mapping type (WC)");
+    check!(i.tsc_khz != 0, "tsc_khz");
+
+    // SAFETY: a new shared mapping of the pin, unmapped below.
+    let ptr = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            K64 as usize,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            &fd,
+            h << 12,
+        )
+    }
+    .map_err(|e| format!("mmap at handle << 12: {e}"))?;
+    let data = pattern(3, K64 as usize);
+    // SAFETY: the mapping is K64 bytes long.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.cast::<u8>(), data.len()) };
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory written through the mapping"
+    );
+    let mut u = Handle { handle: h };
+    ioctl(&fd, UNPIN_BUFFER, &mut u).map_err(|e| format!("UNPIN while mapped: {e}"))?;
+    // SAFETY: our mapping; its pages are zapped, unmapping is fine.
+    unsafe { munmap(ptr, K64 as usize) }.map_err(errno)?;
+    check_eq!(
+        ioctl(&fd, UNPIN_BUFFER, &mut u),
+        Err(Errno::INVAL),
+        "UNPIN twice"
+    );
+
+    let hits = gstat("hits")?;
+    let h2 = pin(&fd, va + 10, 10)?;
+    check_eq!(gstat("hits")?, hits + 1, "hits after re-pinning the buffer");
+    let mut c = CbFlag {
+        handle: h2,
+        ..Default::default()
+    };
+    ioctl(&fd, GET_CB_FLAG, &mut c).map_err(errno)?;
+    check_eq!(c.flag, 0, "callback flag before the free");
+    debugfs("free", &id.to_string())?;
+    ioctl(&fd, GET_CB_FLAG, &mut c).map_err(errno)?;
+    check_eq!(c.flag, 1, "callback flag after the free");
+    let mut buf = [0u8; 32];
+    let n = read(&fd, &mut buf).map_err(errno)?;
+    check_eq!(n, 16, "bytes of events");
+    check_eq!(
+        u64::from_ne_bytes(buf[..8].try_into().unwrap()),
+        h2,
+        "event handle"
+    );
+    check_eq!(read(&fd, &mut buf), Err(Errno::AGAIN), "second read");
+    let mut u = Handle { handle: h2 };
+    ioctl(&fd, UNPIN_BUFFER, &mut u).map_err(errno)?;
+    let mut u = Handle { handle: 12345 };
+    check_eq!(
+        ioctl(&fd, UNPIN_BUFFER, &mut u),
+        Err(Errno::INVAL),
+        "unknown handle"
+    );
+    Ok(())
+}
+
+pub const TESTS: &[Test] = &[("gdrdrv-pin-map-unpin", gdrdrv_pin_map_unpin)];
