@@ -117,6 +117,24 @@ cuda_suite() {
 	unload_nv_stack
 }
 
+# --- /dev/gdrdrv from C, as a gdrcopy program uses it -------------------------
+
+# tests/gdrdrv-client: one result per check, named gdrdrv-client-CHECK.
+gdrdrv_client_suite() {
+	if [ -n "$TEST_FILTER" ] && ! echo gdrdrv-client | grep -qE "$TEST_FILTER"; then
+		return
+	fi
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko ||
+		{ echo "@@ RESULT FAIL gdrdrv-client load"; unload_nv_stack; return; }
+	{ gdrdrv-client 2>&1; echo $? >/tmp/gdrdrv-client.rc; } |
+		sed -e 's/^PASS \([^ ]*\)$/@@ RESULT PASS gdrdrv-client-\1/' \
+			-e 's/^FAIL \([^ :]*\): /@@ RESULT FAIL gdrdrv-client-\1 /'
+	rc=$(cat /tmp/gdrdrv-client.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrdrv-client exited with status $rc"
+	unload_nv_stack
+}
+
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
 # A client that takes its own lock in the free callback while calling nvsim
@@ -174,6 +192,7 @@ run_plan() {
 	GDRNIC_FILTER="" gdrnic_suite
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000 gdrnic_suite page_table_version=0x00030000
 	cuda_suite
+	gdrdrv_client_suite
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
 	t bench-short test_bench_short
