@@ -38,6 +38,12 @@
 
 #define GPU_PAGE 65536UL
 #define HOST_PAGE 4096UL
+/*
+ * CUDA carves allocations below 2 MiB out of shared blocks, so two of them may
+ * share a GPU page, and freeing one revokes pins over the other's pages too.
+ * Checks that free one buffer and keep another use allocations of this size.
+ */
+#define OWN_PAGES_SIZE (2UL << 20)
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static int failures;
@@ -360,9 +366,9 @@ static int check_two_mappings_one_freed(void)
 	struct gdrdrv_get_cb_flag f = { 0 };
 	int fd = open_gdrdrv(), ret;
 
-	ret = alloc_pin_map(fd, &a, 2 * GPU_PAGE);
+	ret = alloc_pin_map(fd, &a, OWN_PAGES_SIZE);
 	if (!ret)
-		ret = alloc_pin_map(fd, &b, 2 * GPU_PAGE);
+		ret = alloc_pin_map(fd, &b, OWN_PAGES_SIZE);
 	if (ret)
 		return ret;
 	if (cu(cuMemFree_v2(a.d), "cuMemFree_v2"))
@@ -771,9 +777,9 @@ static int check_events_once_per_revocation(void)
 	struct pollfd p;
 	int fd = open_gdrdrv(), n, fl;
 
-	if (cu(cuMemAlloc_v2(&a, GPU_PAGE), "cuMemAlloc_v2"))
+	if (cu(cuMemAlloc_v2(&a, OWN_PAGES_SIZE), "cuMemAlloc_v2"))
 		return -1;
-	if (cu(cuMemAlloc_v2(&b, GPU_PAGE), "cuMemAlloc_v2"))
+	if (cu(cuMemAlloc_v2(&b, OWN_PAGES_SIZE), "cuMemAlloc_v2"))
 		return -1;
 	if (pin_v2(fd, a, GPU_PAGE, 0, &h1) || pin_v2(fd, a, 100, 0, &h2) ||
 	    pin_v2(fd, b, GPU_PAGE, 0, &h3))

@@ -20,6 +20,10 @@ use rustix::{
 };
 
 const K4: u64 = 4096;
+/// CUDA carves allocations below 2 MiB out of shared blocks, so two of them may share a GPU
+/// page, and freeing one revokes pins over the other's pages too. Checks that free one
+/// buffer and keep another use allocations of this size.
+const OWN_PAGES: usize = 2 << 20;
 
 fn open() -> Result<Gdrdrv, String> {
     ok(Gdrdrv::open_default(), "open /dev/gdrdrv")
@@ -128,8 +132,8 @@ fn unaligned_and_small() -> TestResult {
 }
 
 fn two_mappings_one_freed() -> TestResult {
-    let mut a = DevMem::new(2 * K64 as usize)?;
-    let b = DevMem::new(2 * K64 as usize)?;
+    let mut a = DevMem::new(OWN_PAGES)?;
+    let b = DevMem::new(OWN_PAGES)?;
     let g = open()?;
     let pa = pin_map(&g, a.p, 2 * K64, 0)?;
     let pb = pin_map(&g, b.p, 2 * K64, 0)?;
@@ -327,8 +331,8 @@ fn repin_is_a_cache_hit() -> TestResult {
 }
 
 fn events_once_per_revocation() -> TestResult {
-    let mut a = DevMem::new(K64 as usize)?;
-    let mut b = DevMem::new(K64 as usize)?;
+    let mut a = DevMem::new(OWN_PAGES)?;
+    let mut b = DevMem::new(OWN_PAGES)?;
     let g = open()?;
     let h1 = ok(g.pin_v2(a.p, K64, 0), "pin")?;
     let h2 = ok(g.pin_v2(a.p, 100, 0), "pin")?;
