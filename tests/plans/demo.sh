@@ -6,5 +6,6 @@
 run_plan() {
 	t demo-load-version-unload demo_chain
 	t demo-pin-cache-revoke demo_pin_cache_revoke
+	t demo-mmap-write-read-free demo_mmap
 	t demo-nic-round-trip demo_nic_round_trip
 }

@@ -33,6 +33,14 @@ demo_pin_cache_revoke() {
 	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
 }
 
+demo_mmap() {
+	echo "# nvsim, then gdrpeer; the program uses (simulated) libcuda"
+	load $M/nvsim.ko || fail "nvsim"
+	load $M/gdrpeer.ko || fail "gdrpeer"
+	gdrpeer-test --demo-mmap || fail "demo"
+	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}
+
 demo_nic_round_trip() {
 	echo "# the chain: nvsim (nvidia.ko), gdrpeer, and the sample NIC driver gdrnic,"
 	echo "# each linked against the symbol versions of the one before"

@@ -34,6 +34,7 @@ run_plan() {
 	echo "kernel: $(uname -r) ($(uname -v))"
 	t demo-load-version-unload$S demo_chain
 	t demo-pin-cache-revoke$S demo_pin_cache_revoke
+	t demo-mmap-write-read-free$S demo_mmap
 	t demo-nic-round-trip$S demo_nic_round_trip
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \

@@ -45,6 +45,31 @@ enum Command {
     },
     /// Print the registration-cache counters of this file and of all files, as a table.
     Stats,
+    /// Pin GPU memory, then wait for and print its invalidation events (ABI 1.3): one line
+    /// per handle revoked, as the driver frees the memory. Events are per file and pins are
+    /// of the caller's own memory, so this allocates (CUDA) and pins what it watches; the
+    /// memory goes when another thread frees it (--free-after) or the driver does.
+    Events {
+        /// Allocate (cuMemAlloc) and pin buffers of these sizes (decimal, or hex with 0x).
+        #[arg(long = "alloc", value_name = "BYTES", value_parser = parse_number, required = true)]
+        sizes: Vec<u64>,
+        /// Pin through /dev/gdrdrv (PIN_BUFFER_V2) instead of /dev/gdrpeer.
+        #[arg(long)]
+        gdrdrv: bool,
+        /// cuMemFree the buffers, one a second, this many seconds after pinning them.
+        #[arg(long, value_name = "SECONDS")]
+        free_after: Option<u64>,
+        /// Give up after this many seconds without an event (status 1).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+    },
+    /// Show what /dev/gdrdrv (gdrpeer's gdrdrv-compatible device) reports: its version,
+    /// the oldest library API it serves, and its attributes.
+    GdrdrvInfo {
+        /// The gdrdrv device node.
+        #[arg(long, default_value = gdrpeer::gdrdrv::DEFAULT_PATH)]
+        path: String,
+    },
     /// A quick end-to-end look with CUDA: allocate, register through the user-space cache,
     /// hit, free and reallocate (the BUFFER_ID tag check), free. Exits with status 3 when no
     /// CUDA driver library can be loaded.
@@ -107,7 +132,7 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::NoCuda(e)) => {
-            eprintln!("gdrpeer: {e} (the demo needs a CUDA driver)");
+            eprintln!("gdrpeer: {e} (demo and events need a CUDA driver)");
             ExitCode::from(NO_CUDA)
         }
         Err(e) => {
@@ -130,6 +155,8 @@ enum CliError {
     Cache(#[from] gdrpeer::regcache::CacheError),
     #[error("{0}")]
     Demo(&'static str),
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// The module parameters, where the caller may read them (debugfs: root).
@@ -179,12 +206,122 @@ fn demo(dev: &Device, cu: &gdrpeer::cuda::Cuda) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `gdrdrv-info`.
+fn gdrdrv_info(path: &str) -> Result<(), CliError> {
+    use gdrpeer::gdrdrv::{self, Gdrdrv};
+    let g = Gdrdrv::open(path)?;
+    let v = g.version()?;
+    let ver = |w: u32| format!("{}.{}", w >> 16, w & 0xffff);
+    println!("device:                         {path}");
+    println!("gdrdrv version:                 {}", ver(v.driver));
+    println!("minimum library API:            {}", ver(v.minimum_api));
+    for (name, attr) in [
+        (
+            "use persistent mapping",
+            gdrdrv::ATTR_USE_PERSISTENT_MAPPING,
+        ),
+        (
+            "supports FORCE_PCIE pin flag",
+            gdrdrv::ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE,
+        ),
+    ] {
+        println!("{:<32}{}", format!("{name}:"), g.attr(attr)?);
+    }
+    Ok(())
+}
+
+/// `events`: allocates `sizes`, pins each through `src` (`pin` makes a handle) and prints
+/// the handles; frees them one a second from `free_after` seconds on, if asked; prints each
+/// event until every handle was revoked or `timeout` passed without one.
+fn watch<S: gdrpeer::EventSource>(
+    src: &S,
+    cu: &gdrpeer::cuda::Cuda,
+    sizes: &[u64],
+    free_after: Option<u64>,
+    timeout: Option<u64>,
+    pin: impl Fn(&S, u64, u64) -> Result<u64, gdrpeer::Error>,
+) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut bufs = Vec::new();
+    for &size in sizes {
+        let va = cu.mem_alloc(size as usize)?;
+        bufs.push(va);
+        let h = pin(src, va, size)?;
+        println!("watching handle {h}: {size} bytes at {va:#x}");
+    }
+    // The output is read as it comes (a pipe, a log).
+    let _ = std::io::stdout().flush();
+    // The frees are this thread's (a CUDA context is current per thread): between waits.
+    let start = std::time::Instant::now();
+    let mut to_free = bufs.iter().enumerate().filter_map(|(i, &va)| {
+        free_after.map(|after| (start + Duration::from_secs(after + i as u64), va))
+    });
+    let mut next_free = to_free.next();
+    let mut last_event = std::time::Instant::now();
+    let mut seen = 0;
+    while seen < sizes.len() {
+        let now = std::time::Instant::now();
+        if let Some((_, va)) = next_free.filter(|(at, _)| *at <= now) {
+            match cu.mem_free(va) {
+                Ok(()) => println!("cuMemFree {va:#x}"),
+                Err(e) => println!("cuMemFree {va:#x}: {e}"),
+            }
+            next_free = to_free.next();
+            continue;
+        }
+        let deadline = timeout.map(|t| last_event + Duration::from_secs(t));
+        let wait = [deadline, next_free.map(|(at, _)| at)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.saturating_duration_since(now));
+        if !src.wait_events(wait)? {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Err(CliError::Usage(format!(
+                    "no event within {} s ({seen} of {} handles revoked)",
+                    timeout.unwrap_or(0),
+                    sizes.len()
+                )));
+            }
+            continue;
+        }
+        for e in src.try_read_events()? {
+            match e.kind {
+                gdrpeer::EventKind::Revoked => println!("revoked handle {}", e.handle),
+                gdrpeer::EventKind::Other(t) => {
+                    println!("event of unknown type {t} on handle {}", e.handle)
+                }
+            }
+            seen += 1;
+        }
+        last_event = std::time::Instant::now();
+        let _ = std::io::stdout().flush();
+    }
+    Ok(())
+}
+
 fn run(cli: &Cli) -> Result<(), CliError> {
-    // The demo says first whether there is CUDA at all.
+    // The demo and events say first whether there is CUDA at all.
     let cuda = match cli.command {
-        Command::Demo => Some(gdrpeer::cuda::Cuda::load()?),
+        Command::Demo | Command::Events { .. } => Some(gdrpeer::cuda::Cuda::load()?),
         _ => None,
     };
+    match &cli.command {
+        Command::GdrdrvInfo { path } => return gdrdrv_info(path),
+        Command::Events {
+            sizes,
+            gdrdrv: true,
+            free_after,
+            timeout,
+        } => {
+            let g = gdrpeer::gdrdrv::Gdrdrv::open_default()?;
+            let cu = cuda.as_ref().expect("loaded above");
+            return watch(&g, cu, sizes, *free_after, *timeout, |g, va, len| {
+                g.pin_v2(va, len, 0)
+            });
+        }
+        _ => {}
+    }
     let dev = Device::open(&cli.device)?;
     match &cli.command {
         Command::Info => {
@@ -237,6 +374,18 @@ fn run(cli: &Cli) -> Result<(), CliError> {
                 demo(&dev, cu)?;
             }
         }
+        Command::Events {
+            sizes,
+            free_after,
+            timeout,
+            ..
+        } => {
+            let cu = cuda.as_ref().expect("loaded above");
+            watch(&dev, cu, sizes, *free_after, *timeout, |d, va, len| {
+                d.pin(va, len, PinFlags::empty()).map(|p| p.handle)
+            })?
+        }
+        Command::GdrdrvInfo { .. } => {}
         Command::Stats => {
             let stats = dev.stats()?;
             println!("{:<18} {:>14} {:>14}", "counter", "this file", "all files");

@@ -148,3 +148,84 @@ pub fn nic() -> TestResult {
     n.dereg(mr.handle).map_err(errno)?;
     Ok(())
 }
+
+/// `gdrpeer-test --demo-mmap`: the CPU writes GPU memory through a mapping of a pinned
+/// buffer, cuMemcpyDtoH reads the bytes back, then cuMemFree withdraws the mapping. The
+/// program runs in a child process of its own ([`mmap_child`]) because its last touch of
+/// the mapping, after the free, kills it with SIGBUS, which this process reports.
+pub fn mmap() -> TestResult {
+    use std::os::unix::process::ExitStatusExt;
+    let writes = stat("freed_page_writes")?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let status = std::process::Command::new(exe)
+        .arg("--demo-mmap-child")
+        .status()
+        .map_err(|e| e.to_string())?;
+    println!("# the program's end, as its parent saw it");
+    match status.signal() {
+        Some(libc::SIGBUS) => println!(
+            "    killed by SIGBUS (signal {}): the mapping was withdrawn when the memory was \
+             freed; the touch faulted instead of reaching memory that is no longer the buffer",
+            libc::SIGBUS
+        ),
+        _ => return Err(format!("the program ended otherwise: {status}")),
+    }
+    let now = stat("freed_page_writes")?;
+    println!("    nvsim: {} writes into freed GPU pages", now - writes);
+    if now != writes {
+        return Err("a write reached freed GPU memory".into());
+    }
+    Ok(())
+}
+
+/// The program [`mmap`] runs: CUDA's view and the mapping's of the same bytes, then a free
+/// under the mapping and a touch after it (SIGBUS: it does not return).
+pub fn mmap_child() -> TestResult {
+    use gdrpeer::EventSource;
+    const MSG: &[u8] = b"written by the CPU through a mapping of GPU memory";
+    crate::sanity::load()?;
+    let cu = crate::sanity::cu();
+    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
+    println!("# a program allocates 200 KiB with cuMemAlloc and pins the allocation");
+    let size = 200 << 10;
+    let p = cu.mem_alloc(size).map_err(cuda)?;
+    let d = dev()?;
+    let pin = ok(d.pin(p, size as u64, PinFlags::empty()), "pin")?;
+    println!(
+        "    buffer {p:#x}: handle {}, window {:#x} + offset {:#x}, {} pages of {} KiB",
+        pin.handle,
+        pin.aligned_va,
+        pin.offset,
+        pin.page_count,
+        pin.page_size >> 10
+    );
+    println!("# it maps the window (mmap of /dev/gdrpeer) and writes a message through it");
+    let window = u64::from(pin.page_count) * u64::from(pin.page_size);
+    let m = ok(d.map(pin.handle, 0, window as usize), "map")?;
+    let at = pin.offset as usize + 70000;
+    m.write(at, MSG);
+    println!(
+        "    {} bytes at buffer + 70000, through the CPU mapping at {:p}",
+        MSG.len(),
+        m.as_ptr()
+    );
+    println!("# cuMemcpyDtoH reads them back from GPU memory");
+    let mut back = vec![0u8; MSG.len()];
+    cu.copy_from_device(&mut back, p + 70000).map_err(cuda)?;
+    show_bytes("cuMemcpyDtoH", &back);
+    if back != MSG {
+        return Err("cuMemcpyDtoH read other bytes than the mapping wrote".into());
+    }
+    println!("# cuMemFree while the buffer is pinned and mapped: NVIDIA's free callback");
+    cu.mem_free(p).map_err(cuda)?;
+    let info = ok(d.info(pin.handle), "info")?;
+    println!("    handle {}: state {:?}", pin.handle, info.state);
+    if crate::stress::events_supported()? {
+        for e in ok(d.try_read_events(), "events")? {
+            println!("    event: handle {} {:?}", e.handle, e.kind);
+        }
+    }
+    println!("# the program touches the mapping again");
+    m.write(at, b"?");
+    Err("the touch after cuMemFree went through".into())
+}

@@ -10,6 +10,11 @@
 //! fuzzer's own data. The kernel must stay healthy (the log oracle watches), a final
 //! GET_VERSION must work, and nothing may be left pinned.
 //!
+//! A tenth of the calls are mmaps instead: random handles, offsets (4 KiB-aligned or not,
+//! inside the window or past it), lengths, protections and flags. Each must succeed only
+//! when it is a shared mapping inside a pinned window, or fail with one of the errnos
+//! mmap's documentation gives ([`MMAP_ERRNOS`]); a mapping made is unmapped untouched.
+//!
 //! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
 
@@ -50,6 +55,20 @@ const COMMANDS: [(u32, usize); 7] = [
     (uapi::IOCTL_STATS, size_of::<uapi::Stats>()),
 ];
 
+/// What an mmap of `/dev/gdrpeer` may fail with (Documentation/uapi.rst and mmap(2)):
+/// EINVAL (unknown handle, MAP_PRIVATE, past the window, bad length or offset), ENXIO (the
+/// memory was freed), ENOMEM (no address space), EPERM (PROT_EXEC on a noexec mount),
+/// EOPNOTSUPP (MAP_SHARED_VALIDATE with a flag it does not know), EOVERFLOW (offset plus
+/// length wraps).
+const MMAP_ERRNOS: [Errno; 6] = [
+    Errno::INVAL,
+    Errno::NXIO,
+    Errno::NOMEM,
+    Errno::PERM,
+    Errno::OPNOTSUPP,
+    Errno::OVERFLOW,
+];
+
 struct Fuzzer {
     /// The descriptor numbers the threads use; `dup2` replaces the file behind them.
     fds: Vec<AtomicI32>,
@@ -63,6 +82,10 @@ struct Fuzzer {
     peer: (u32, u8, u8),
     calls: AtomicU64,
     errnos: Mutex<BTreeMap<String, u64>>,
+    /// Files replaced so far (`dup2`): a handle's window is judged only within one.
+    generation: AtomicU64,
+    /// mmap outcomes the documentation does not allow.
+    wrong: Mutex<Vec<String>>,
 }
 
 // SAFETY (for the raw pointers kept as integers): `arena` is a private mapping that lives
@@ -150,8 +173,101 @@ impl Fuzzer {
         };
     }
 
+    /// One random mmap on `fd`, checked against [`MMAP_ERRNOS`] and, where it succeeds,
+    /// against the handle's window.
+    fn one_mmap(&self, rng: &mut fastrand::Rng, fd: i32) {
+        const PAGE: u64 = 4096;
+        let handle = {
+            let h = self.handles.lock().unwrap();
+            match rng.u32(0..8) {
+                0 => rng.u64(0..1 << 24),
+                1 => rng.u64(..) >> uapi::MMAP_HANDLE_SHIFT,
+                _ if !h.is_empty() => h[rng.usize(0..h.len())],
+                _ => rng.u64(0..16),
+            }
+        };
+        let off = match rng.u32(0..6) {
+            0 => rng.u64(..) & uapi::MMAP_OFFSET_MASK,
+            1 => rng.u64(0..8 * K64) | 1,
+            _ => rng.u64(0..8 * K64 / PAGE) * PAGE,
+        };
+        let len = match rng.u32(0..8) {
+            0 => 0,
+            1 => rng.usize(1..3 * K64 as usize),
+            2 => usize::MAX - rng.usize(0..PAGE as usize),
+            3 => 1 << 40,
+            _ => rng.usize(1..=16) * PAGE as usize,
+        };
+        let prot = [
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::PROT_READ,
+            libc::PROT_WRITE,
+            libc::PROT_NONE,
+            libc::PROT_READ | libc::PROT_EXEC,
+        ][rng.usize(0..5)];
+        let mut flags = [
+            libc::MAP_SHARED,
+            libc::MAP_SHARED,
+            libc::MAP_PRIVATE,
+            libc::MAP_SHARED_VALIDATE,
+        ][rng.usize(0..4)];
+        for extra in [
+            libc::MAP_POPULATE,
+            libc::MAP_NORESERVE,
+            libc::MAP_LOCKED,
+            libc::MAP_SYNC,
+            0x8000_0000u32 as i32,
+        ] {
+            if rng.u32(0..8) == 0 {
+                flags |= extra;
+            }
+        }
+        let generation = self.generation.load(Relaxed);
+        let offset = uapi::mmap_offset(handle, off);
+        // SAFETY: no MAP_FIXED: a new mapping at an address of the kernel's choice, which
+        // replaces nothing; unmapped below untouched.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset as i64) };
+        let name = if p == libc::MAP_FAILED {
+            let e = Errno::from_raw_os_error(
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            );
+            if !MMAP_ERRNOS.contains(&e) {
+                self.wrong.lock().unwrap().push(format!(
+                    "mmap handle {handle} offset {off:#x} len {len:#x} prot {prot:#x} flags \
+                     {flags:#x}: {e}"
+                ));
+            }
+            format!("mmap {e}")
+        } else {
+            // MAP_SHARED_VALIDATE is MAP_SHARED | MAP_PRIVATE.
+            let shared = flags & libc::MAP_SHARED_VALIDATE != libc::MAP_PRIVATE;
+            let mut i = uapi::Info {
+                handle,
+                ..uapi::Info::new()
+            };
+            // SAFETY: GET_INFO reads and writes one Info.
+            let r = unsafe { libc::ioctl(fd, uapi::IOCTL_GET_INFO as _, &mut i) };
+            let window = u64::from(i.page_count) * u64::from(i.page_size);
+            let inside = off % PAGE == 0 && off + (len as u64).div_ceil(PAGE) * PAGE <= window;
+            if !shared || (r == 0 && self.generation.load(Relaxed) == generation && !inside) {
+                self.wrong.lock().unwrap().push(format!(
+                    "mmap handle {handle} offset {off:#x} len {len:#x} flags {flags:#x} \
+                     succeeded (window {window:#x})"
+                ));
+            }
+            // SAFETY: the mapping just made, never touched.
+            unsafe { libc::munmap(p, len) };
+            "mmap success".to_string()
+        };
+        self.calls.fetch_add(1, Relaxed);
+        *self.errnos.lock().unwrap().entry(name).or_default() += 1;
+    }
+
     fn one_call(&self, rng: &mut fastrand::Rng) {
         let fd = self.fds[rng.usize(0..self.fds.len())].load(Relaxed);
+        if rng.u32(0..10) == 0 {
+            return self.one_mmap(rng, fd);
+        }
         let (cmd, size) = match rng.u32(0..10) {
             // One of gdrpeer's commands with a mutated argument.
             0..=5 => COMMANDS[rng.usize(0..COMMANDS.len())],
@@ -245,6 +361,8 @@ pub fn run(args: &[String]) -> TestResult {
         peer: (peer.domain, peer.bus, peer.devfn),
         calls: AtomicU64::new(0),
         errnos: Mutex::new(BTreeMap::new()),
+        generation: AtomicU64::new(0),
+        wrong: Mutex::new(Vec::new()),
     };
     let start = Instant::now();
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -270,6 +388,7 @@ pub fn run(args: &[String]) -> TestResult {
                     let i = rng.usize(0..f.fds.len());
                     // SAFETY: dup2 over one of our own descriptors: the old file is closed
                     // (calls in flight keep their reference), the number stays valid.
+                    f.generation.fetch_add(1, Relaxed);
                     unsafe { libc::dup2(new.as_raw_fd(), f.fds[i].load(Relaxed)) };
                     f.handles.lock().unwrap().clear();
                     replaced.fetch_add(1, Relaxed);
@@ -320,5 +439,14 @@ pub fn run(args: &[String]) -> TestResult {
     for (e, c) in f.errnos.lock().unwrap().iter() {
         println!("  {e:<40} {c}");
     }
+    let wrong = f.wrong.lock().unwrap();
+    for w in wrong.iter().take(20) {
+        println!("  wrong: {w}");
+    }
+    check!(
+        wrong.is_empty(),
+        "{} mmap outcomes not documented",
+        wrong.len()
+    );
     Ok(())
 }

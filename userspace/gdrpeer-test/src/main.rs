@@ -31,6 +31,8 @@ const CHILD_MODES: &[proc::ChildMode] = &[
     ("--pin-and-wait", tests::processes::pin_and_wait),
     ("--nic-reg-and-wait", nic::reg_and_wait),
     ("--gpu-alloc-and-wait", tests::badinput::gpu_alloc_and_wait),
+    ("--cuda-touch-after-free", sanity::touch_after_cumemfree),
+    ("--demo-mmap-child", demo::mmap_child),
 ];
 
 fn main() -> ExitCode {
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("--demo") => return narrated(demo::run()),
         Some("--demo-nic") => return narrated(demo::nic()),
+        Some("--demo-mmap") => return narrated(demo::mmap()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),

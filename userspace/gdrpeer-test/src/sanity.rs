@@ -31,7 +31,7 @@ pub fn load() -> Result<(), String> {
     Ok(())
 }
 
-fn cu() -> &'static Cuda {
+pub fn cu() -> &'static Cuda {
     CUDA.get().expect("sanity::load ran first")
 }
 
@@ -74,8 +74,18 @@ fn basic() -> TestResult {
     let m = DevMem::new(4 * K64 as usize)?;
     let d = dev()?;
     let p = ok(d.pin(m.p, 4 * K64, PinFlags::empty()), "pin")?;
-    check_eq!((p.aligned_va, p.page_count), (m.p, 4), "window");
-    check_eq!(ok(d.get_pages(p.handle), "pages")?.len(), 4, "pages");
+    let first = m.p & !(K64 - 1);
+    let pages = (m.p + 4 * K64 - 1 - first) / K64 + 1;
+    check_eq!(
+        (p.aligned_va, u64::from(p.page_count)),
+        (first, pages),
+        "window"
+    );
+    check_eq!(
+        ok(d.get_pages(p.handle), "pages")?.len() as u64,
+        pages,
+        "pages"
+    );
     ok(d.unpin(p.handle), "unpin")
 }
 
@@ -91,11 +101,12 @@ fn unaligned_and_small() -> TestResult {
         (7, 3 * K64),
     ] {
         let p = ok(d.pin(m.p + off, len, PinFlags::empty()), "pin")?;
-        let first = off / K64;
-        let last = (off + len - 1) / K64;
+        let (start, end) = (m.p + off, m.p + off + len - 1);
+        let first = start / K64;
+        let last = end / K64;
         check_eq!(
             (p.aligned_va, p.offset, u64::from(p.page_count)),
-            (m.p + first * K64, off % K64, last - first + 1),
+            (first * K64, start % K64, last - first + 1),
             format!("window of +{off:#x}, {len} bytes")
         );
         ok(d.unpin(p.handle), "unpin")?;
@@ -129,7 +140,7 @@ fn data_validation() -> TestResult {
     cu().copy_to_device(m.p, &data).map_err(c)?;
     let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
     check!(
-        gpu.read(p.aligned_va, size).map_err(harness::errno)? == data,
+        gpu.read(m.p, size).map_err(harness::errno)? == data,
         "pinned memory differs from what cuMemcpyHtoD wrote"
     );
     let back = pattern(8, 4096);
@@ -202,6 +213,117 @@ fn tokens() -> TestResult {
     ))
 }
 
+/// A cuMemAlloc'd buffer pinned and mapped whole, as a real program does it: the pin covers
+/// the allocation's range (cuMemGetAddressRange), which need not start at a GPU page, and
+/// the mapping covers the pin's window; the buffer starts at `offset` in the mapping.
+struct MappedBuffer {
+    mem: DevMem,
+    size: usize,
+    map: gdrpeer::Mapping,
+    offset: usize,
+    handle: u64,
+}
+
+impl MappedBuffer {
+    fn new(d: &gdrpeer::Device, size: usize) -> Result<Self, String> {
+        let mem = DevMem::new(size)?;
+        let (base, len) = cu()
+            .address_range(mem.p)
+            .map_err(|e| format!("cuMemGetAddressRange: {e:?}"))?;
+        check_eq!((base, len), (mem.p, size as u64), "the allocation's range");
+        let p = ok(d.pin(base, len, PinFlags::empty()), "pin")?;
+        check_eq!(p.aligned_va, base & !(K64 - 1), "window start");
+        let window = u64::from(p.page_count) * K64;
+        let map = ok(d.map(p.handle, 0, window as usize), "map")?;
+        Ok(MappedBuffer {
+            mem,
+            size,
+            map,
+            offset: p.offset as usize,
+            handle: p.handle,
+        })
+    }
+}
+
+/// Bytes written through the mapping are what cuMemcpyDtoH reads (and nvsim's own view).
+fn mmap_write_then_dtoh() -> TestResult {
+    let d = dev()?;
+    let b = MappedBuffer::new(&d, 2 * K64 as usize + 300)?;
+    let data = pattern(20, b.size);
+    b.map.write(b.offset, &data);
+    let mut out = vec![0u8; b.size];
+    cu().copy_from_device(&mut out, b.mem.p).map_err(c)?;
+    check!(
+        out == data,
+        "cuMemcpyDtoH differs from the bytes written through the mapping"
+    );
+    let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    check!(
+        gpu.read(b.mem.p, b.size).map_err(harness::errno)? == data,
+        "nvsim's view differs from the bytes written through the mapping"
+    );
+    let h = b.handle;
+    drop(b.map);
+    ok(d.unpin(h), "unpin")
+}
+
+/// Bytes written with cuMemcpyHtoD are what the mapping reads.
+fn mmap_htod_then_read() -> TestResult {
+    let d = dev()?;
+    let b = MappedBuffer::new(&d, 3 * K64 as usize - 1000)?;
+    let data = pattern(21, b.size);
+    cu().copy_to_device(b.mem.p, &data).map_err(c)?;
+    let mut seen = vec![0u8; b.size];
+    b.map.read(b.offset, &mut seen);
+    check!(
+        seen == data,
+        "the mapping differs from what cuMemcpyHtoD wrote"
+    );
+    let h = b.handle;
+    drop(b.map);
+    ok(d.unpin(h), "unpin")
+}
+
+/// The child of [`mmap_after_cumemfree_is_sigbus`] (its own process: a CUDA context does not
+/// survive fork): maps a buffer, touches every page, cuMemFree, touches it again. Should
+/// die of SIGBUS; returning is a failure.
+pub fn touch_after_cumemfree() -> TestResult {
+    load()?;
+    let d = dev()?;
+    let mut b = MappedBuffer::new(&d, 2 * K64 as usize)?;
+    let data = pattern(22, b.size);
+    b.map.write(b.offset, &data);
+    b.mem.free()?;
+    check_eq!(
+        ok(d.info(b.handle), "info")?.state,
+        PinState::Revoked,
+        "state after cuMemFree"
+    );
+    b.map.write(b.offset + K64 as usize + 8, &[0x55]);
+    Err("wrote through the mapping after cuMemFree".into())
+}
+
+/// Access through a mapping after cuMemFree is SIGBUS, and nothing reached the freed pages
+/// (nvsim's `freed_page_writes`, checked after every test).
+fn mmap_after_cumemfree_is_sigbus() -> TestResult {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .arg("--cuda-touch-after-free")
+        .output()
+        .map_err(|e| e.to_string())?;
+    use std::os::unix::process::ExitStatusExt;
+    check_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        format!(
+            "the child's end ({}; it said '{}')",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim()
+        )
+    );
+    Ok(())
+}
+
 // --- CUDA alone (--cuda-only) -------------------------------------------------------------
 
 /// The BUFFER_ID tag: stable for an allocation, new after free and realloc at the same
@@ -262,6 +384,12 @@ pub const TESTS: &[harness::Test] = &[
     ("cuda-invalidation-after-close", invalidation_after_close),
     ("cuda-across-fork", across_fork),
     ("cuda-tokens", tokens),
+    ("cuda-mmap-write-then-dtoh", mmap_write_then_dtoh),
+    ("cuda-mmap-htod-then-read", mmap_htod_then_read),
+    (
+        "cuda-mmap-after-cumemfree-is-sigbus",
+        mmap_after_cumemfree_is_sigbus,
+    ),
     ("cuda-buffer-id-tag", buffer_id_tag),
     (
         "cuda-address-range-and-sync-memops",

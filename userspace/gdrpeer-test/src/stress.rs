@@ -6,6 +6,13 @@
 //! nothing may be left: nvsim's pins, BAR1 bytes and DMA mappings, gdrpeer's regions and
 //! contexts, gdrnic's registrations, and no write into freed GPU memory.
 //!
+//! Threads also map handles (mmap, touch every page, munmap) while other threads and nvsim
+//! free the memory under them, and read the files' invalidation events (ABI 1.3). A touch of
+//! memory freed meanwhile raises SIGBUS: the worker's handler checks that the address lies
+//! in one of its live mappings, says so and exits with [`SIGBUS_EXIT`], and the run counts
+//! it and starts a worker for the operations left; a SIGBUS anywhere else kills the worker
+//! as usual and fails the run.
+//!
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
 use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
@@ -22,7 +29,7 @@ use std::{
     io::{BufRead, BufReader, Write},
     process::{Child, Command, Stdio},
     sync::{
-        atomic::{AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicI32, AtomicU64, Ordering::Relaxed},
         Arc, Mutex,
     },
     thread,
@@ -30,7 +37,7 @@ use std::{
 };
 
 /// The operations, in the order of [`WEIGHTS`].
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 15] = [
     "alloc",
     "cumemfree",
     "delayed_free",
@@ -44,9 +51,139 @@ const KINDS: [&str; 13] = [
     "close",
     "fork",
     "stats",
+    "map",
+    "events",
 ];
 /// How often each kind is picked, in parts of 1000.
-const WEIGHTS: [u32; 13] = [80, 30, 15, 5, 300, 200, 100, 60, 80, 5, 15, 5, 105];
+const WEIGHTS: [u32; 15] = [80, 30, 15, 5, 280, 200, 90, 60, 70, 5, 15, 5, 60, 60, 20];
+
+/// A worker's exit status after a SIGBUS in one of its mappings (the memory was freed).
+pub const SIGBUS_EXIT: i32 = 77;
+
+/// A live mapping of a thread: where it is, and the file and handle it maps.
+struct Mapped {
+    start: AtomicU64,
+    end: AtomicU64,
+    fd: AtomicI32,
+    handle: AtomicU64,
+}
+
+/// The mappings live in this process, one slot per thread (`start` 0 when none): what the
+/// SIGBUS handler checks the faulting address against.
+static MAPPED: [Mapped; 64] = [const {
+    Mapped {
+        start: AtomicU64::new(0),
+        end: AtomicU64::new(0),
+        fd: AtomicI32::new(-1),
+        handle: AtomicU64::new(0),
+    }
+}; 64];
+
+/// SIGBUS: in a live mapping whose handle GET_INFO says is revoked, the memory was freed
+/// under it (expected: exit with [`SIGBUS_EXIT`]); in a mapping of a valid handle, a bug
+/// (said, exit 1); anywhere else, die of it as without the handler.
+extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as u64;
+    let slot = MAPPED.iter().find(|m| {
+        let (s, e) = (m.start.load(Relaxed), m.end.load(Relaxed));
+        s != 0 && (s..e).contains(&addr)
+    });
+    if let Some(m) = slot {
+        let mut i = uapi::Info {
+            handle: m.handle.load(Relaxed),
+            ..uapi::Info::new()
+        };
+        // SAFETY: ioctl(2) is async-signal-safe; GET_INFO reads and writes one Info.
+        let r = unsafe { libc::ioctl(m.fd.load(Relaxed), uapi::IOCTL_GET_INFO as _, &mut i) };
+        let (msg, code): (&[u8], i32) = if r == 0 && i.state == uapi::STATE_REVOKED {
+            (b"sigbus in a mapping\n", SIGBUS_EXIT)
+        } else {
+            (b"unexpected: sigbus in a mapping of a valid handle\n", 1)
+        };
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is a static string.
+        unsafe {
+            libc::write(1, msg.as_ptr().cast(), msg.len());
+            libc::_exit(code);
+        }
+    }
+    // SAFETY: back to the default action, then re-raise: the process dies of SIGBUS.
+    unsafe {
+        libc::signal(libc::SIGBUS, libc::SIG_DFL);
+        libc::raise(libc::SIGBUS);
+    }
+}
+
+/// Installs [`on_sigbus`].
+fn catch_sigbus() -> TestResult {
+    // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature.
+    let r = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigbus as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut())
+    };
+    check!(r == 0, "sigaction(SIGBUS)");
+    Ok(())
+}
+
+/// mmap a random part of `h`'s window, write and read a byte of every 4 KiB page, munmap.
+/// Registered in `slot` of [`MAPPED`] while it lives.
+fn map_and_touch(d: &Device, h: u64, slot: usize, rng: &mut fastrand::Rng) -> Result<(), Errno> {
+    const PAGE: u64 = 4096;
+    let info = d.info(h).map_err(errno_of)?;
+    let window = u64::from(info.page_count) * u64::from(info.page_size);
+    let pages = window / PAGE;
+    let first = rng.u64(0..pages);
+    let n = rng.u64(1..=pages - first);
+    let m = d
+        .map(h, first * PAGE, (n * PAGE) as usize)
+        .map_err(errno_of)?;
+    let base = m.as_ptr() as u64;
+    let mapped = &MAPPED[slot % MAPPED.len()];
+    mapped.end.store(base + n * PAGE, Relaxed);
+    mapped.fd.store(d.as_fd().as_raw_fd(), Relaxed);
+    mapped.handle.store(h, Relaxed);
+    mapped.start.store(base, Relaxed);
+    let v = rng.u8(..);
+    for p in 0..n as usize {
+        let at = p * PAGE as usize + rng.usize(0..PAGE as usize);
+        m.write(at, &[v]);
+        let mut b = [0];
+        m.read(at, &mut b);
+    }
+    mapped.start.store(0, Relaxed);
+    drop(m);
+    Ok(())
+}
+
+/// Whether the module queues events: a read of a fresh file with nothing queued is EAGAIN
+/// with O_NONBLOCK where it does, EINVAL where read(2) is not implemented.
+pub fn events_supported() -> Result<bool, String> {
+    use rustix::fs::{fcntl_setfl, OFlags};
+    let d = Device::open_default().map_err(|e| e.to_string())?;
+    fcntl_setfl(&d, OFlags::NONBLOCK).map_err(harness::errno)?;
+    let mut buf = [0u8; 16];
+    match rustix::io::read(&d, &mut buf) {
+        Err(Errno::AGAIN) => Ok(true),
+        Err(Errno::INVAL) => Ok(false),
+        r => Err(format!("read of a fresh file: {r:?}")),
+    }
+}
+
+/// Reads the events queued on `d`: each must be a revocation of a handle this thread pinned.
+fn read_events(d: &Device, pinned: &[u64]) -> Result<(), Errno> {
+    use gdrpeer::{EventKind, EventSource};
+    for e in d.try_read_events().map_err(errno_of)? {
+        if e.kind != EventKind::Revoked || !pinned.contains(&e.handle) {
+            let _ = writeln!(
+                std::io::stdout().lock(),
+                "unexpected: events: {e:?} (pinned here: {pinned:?})"
+            );
+        }
+    }
+    Ok(())
+}
 
 /// Injected failures: nvsim's knob, and the errnos it alternates between.
 const FAULTS: [&str; 2] = ["fail_get_pages", "fail_dma_map"];
@@ -69,6 +206,8 @@ struct Shared {
     counts: [AtomicU64; KINDS.len()],
     peer: Option<PciAddress>,
     nic: bool,
+    /// The module queues invalidation events ([`events_supported`]).
+    events: bool,
 }
 
 fn pick(rng: &mut fastrand::Rng) -> usize {
@@ -97,7 +236,7 @@ fn expected(kind: &str, e: Errno) -> bool {
         "pin" | "dma_map" | "nic" => {
             [Errno::INVAL, Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e)
         }
-        "get_pages" => e == Errno::NXIO,
+        "get_pages" | "map" => e == Errno::NXIO,
         "alloc" => e == Errno::NOMEM,
         // Freed already by a delayed free.
         "cumemfree" | "delayed_free" | "free_on_pin" => [Errno::INVAL, Errno::NOENT].contains(&e),
@@ -107,10 +246,12 @@ fn expected(kind: &str, e: Errno) -> bool {
 
 /// One thread of a worker: `ops` random operations. An unexpected outcome is reported at
 /// once (`unexpected: ...`), so that a worker killed later has said it.
-fn worker_thread(sh: &Shared, seed: u64, ops: u64) {
+fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut dev = Device::open_default().ok();
     let mut handles: Vec<u64> = Vec::new();
+    // Every handle pinned on `dev`, unpinned ones too: a revocation may be read later.
+    let mut pinned: Vec<u64> = Vec::new();
     let nic = if sh.nic { Nic::open().ok() } else { None };
     for _ in 0..ops {
         let kind = pick(&mut rng);
@@ -146,7 +287,10 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64) {
                     PinFlags::empty()
                 };
                 d.pin(va, len, flags)
-                    .map(|p| handles.push(p.handle))
+                    .map(|p| {
+                        handles.push(p.handle);
+                        pinned.push(p.handle);
+                    })
                     .map_err(errno_of)
             }
             ("unpin", _, Some(d)) if !handles.is_empty() => {
@@ -171,8 +315,14 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64) {
                     r.map(|_| ())
                 })
             }
+            ("map", _, Some(d)) if !handles.is_empty() => {
+                let h = handles[rng.usize(0..handles.len())];
+                map_and_touch(d, h, slot, &mut rng)
+            }
+            ("events", _, Some(d)) if sh.events => read_events(d, &pinned),
             ("close", _, _) => {
                 handles.clear();
+                pinned.clear();
                 dev = None;
                 Device::open_default()
                     .map(|d| dev = Some(d))
@@ -245,6 +395,7 @@ pub fn worker(args: &[String]) -> TestResult {
             .ok_or_else(|| format!("--stress-worker: argument {i}"))
     };
     let (seed, ops, threads) = (num(0)?, num(1)?, num(2)?);
+    catch_sigbus()?;
     let sh = Arc::new(Shared {
         gpu: Gpu::open().map_err(harness::errno)?,
         allocs: Mutex::new(Vec::new()),
@@ -252,12 +403,13 @@ pub fn worker(args: &[String]) -> TestResult {
         counts: Default::default(),
         peer: edu().ok(),
         nic: std::path::Path::new("/dev/gdrnic").exists(),
+        events: events_supported()?,
     });
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let sh = sh.clone();
             let n = ops / threads + u64::from(t < ops % threads);
-            thread::spawn(move || worker_thread(&sh, seed.wrapping_mul(31) + t, n))
+            thread::spawn(move || worker_thread(&sh, seed.wrapping_mul(31) + t, n, t as usize))
         })
         .collect();
     let progress = || {
@@ -330,6 +482,8 @@ fn spawn(seed: u64, ops: u64, threads: u64) -> Result<Worker, String> {
                 r.unexpected.push(u.to_string());
             } else if line == "done" {
                 r.finished = true;
+            } else if line == "sigbus in a mapping" {
+                // The exit status (SIGBUS_EXIT) is what counts.
             } else {
                 r.unexpected.push(format!("worker said: {line}"));
             }
@@ -355,6 +509,9 @@ pub fn run(args: &[String]) -> TestResult {
         "--stress: PROCS and THREADS must be > 0"
     );
     println!("stress: {ops} operations, {procs} processes x {threads} threads, seed {seed}");
+    if !events_supported()? {
+        println!("stress: the module queues no events (read is EINVAL): no event reads");
+    }
     let nv0 = harness::stats()?;
     let g0 = gstats()?;
     let bar1_size = nv0["bar1_size"];
@@ -374,7 +531,7 @@ pub fn run(args: &[String]) -> TestResult {
                 threads,
             )?);
         }
-        let (mut kills, mut fault_switches) = (0u64, 0u64);
+        let (mut kills, mut fault_switches, mut sigbus_exits) = (0u64, 0u64, 0u64);
         while !running.is_empty() {
             thread::sleep(Duration::from_millis(rng.u64(200..800)));
             // Injected failures: a new errno now and then.
@@ -404,17 +561,27 @@ pub fn run(args: &[String]) -> TestResult {
             }
             let mut i = 0;
             while i < running.len() {
-                if running[i]
-                    .child
-                    .try_wait()
-                    .map_err(|e| e.to_string())?
-                    .is_some()
-                {
-                    let w = running.swap_remove(i);
-                    ended.push(w.report);
-                } else {
+                let Some(status) = running[i].child.try_wait().map_err(|e| e.to_string())? else {
                     i += 1;
+                    continue;
+                };
+                let w = running.swap_remove(i);
+                if status.code() == Some(SIGBUS_EXIT) {
+                    // A mapping's memory was freed under a touch: go on in a new worker.
+                    sigbus_exits += 1;
+                    let left = w.ops.saturating_sub(w.report.lock().unwrap().progress);
+                    next_seed += 1;
+                    if left > 0 {
+                        running.push(spawn(next_seed, left, threads)?);
+                    }
+                } else if !status.success() {
+                    w.report
+                        .lock()
+                        .unwrap()
+                        .unexpected
+                        .push(format!("worker ended: {status}"));
                 }
+                ended.push(w.report);
             }
         }
         for f in FAULTS {
@@ -470,6 +637,7 @@ pub fn run(args: &[String]) -> TestResult {
         println!("    by kind                {}", by_kind.join(", "));
         println!("  processes killed (-9)    {kills}");
         println!("  fault errno switches     {fault_switches}");
+        println!("  SIGBUS in a mapping      {sigbus_exits}");
         for (what, k) in [
             ("callbacks fired", "callbacks_fired"),
             ("faults injected", "faults_injected"),

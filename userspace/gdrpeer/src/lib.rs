@@ -14,10 +14,13 @@
 //! ```
 
 pub mod cuda;
+pub mod events;
+pub mod gdrdrv;
 mod pci;
 pub mod regcache;
 pub mod uapi;
 
+pub use events::{Event, EventKind, EventSource};
 pub use pci::{ParsePciAddressError, PciAddress};
 pub use uapi::CacheStats;
 
@@ -51,8 +54,8 @@ pub enum Error {
     /// The module speaks an ABI this library cannot use.
     #[error(
         "gdrpeer module ABI {}.{} is incompatible with this library's {}.{} \
-         (need the same major and a minor >= ours)",
-        .module >> 16, .module & 0xffff, uapi::ABI_MAJOR, uapi::ABI_MINOR
+         (need the same major and a minor >= {})",
+        .module >> 16, .module & 0xffff, uapi::ABI_MAJOR, uapi::ABI_MINOR, uapi::ABI_MINOR_NEEDED
     )]
     AbiMismatch {
         /// The module's ABI version word.
@@ -84,6 +87,11 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
         (Op::GetVersion, _) => "",
         (_, Errno::ACCESS) => " (the file belongs to another process)",
         (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
+        (Op::ReadEvents, Errno::INVAL) => " (the module predates events: ABI 1.3 needed)",
+        (Op::GdrdrvMmap, Errno::INVAL) => " (unknown handle, MAP_PRIVATE, or past the window)",
+        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::INVAL) => {
+            " (bad address, size, token or flags)"
+        }
         (Op::Mmap, Errno::INVAL) => {
             " (unknown handle, MAP_PRIVATE, or a range past the handle's window)"
         }
@@ -92,7 +100,6 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
         (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
             " (the address array is shorter than the window)"
         }
-        (Op::Unpin, Errno::BUSY) => " (the handle is mapped: munmap it first)",
         (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
         (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
         (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
@@ -123,6 +130,29 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// A new shared read-write mapping of `len` bytes of `fd` at file offset `offset`;
+    /// errors are `op`'s.
+    fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, op: Op) -> Result<Self, Error> {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        // SAFETY: a new mapping at an address of the kernel's choice replaces
+        // nothing; the Mapping owns it and unmaps it once.
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }
+        .map_err(|errno| Error::Ioctl { op, errno })?;
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
     /// The first byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
@@ -196,9 +226,31 @@ pub enum Op {
     Stats,
     /// mmap(2) of a handle's window (`GDRPEER_MMAP_OFFSET`).
     Mmap,
+    /// read(2) or poll(2) of a file's invalidation events (ABI 1.3).
+    ReadEvents,
+    /// `GDRDRV_IOC_PIN_BUFFER` (`/dev/gdrdrv`).
+    GdrdrvPinBuffer,
+    /// `GDRDRV_IOC_PIN_BUFFER_V2`.
+    GdrdrvPinBufferV2,
+    /// `GDRDRV_IOC_UNPIN_BUFFER`.
+    GdrdrvUnpinBuffer,
+    /// `GDRDRV_IOC_GET_CB_FLAG`.
+    GdrdrvGetCbFlag,
+    /// `GDRDRV_IOC_GET_INFO`.
+    GdrdrvGetInfo,
+    /// `GDRDRV_IOC_GET_INFO_V2`.
+    GdrdrvGetInfoV2,
+    /// `GDRDRV_IOC_GET_ATTR`.
+    GdrdrvGetAttr,
+    /// `GDRDRV_IOC_REQ_MAPPING_TYPE`.
+    GdrdrvReqMappingType,
+    /// `GDRDRV_IOC_GET_VERSION`.
+    GdrdrvGetVersion,
+    /// mmap(2) of a gdrdrv handle (offset `handle << 12`).
+    GdrdrvMmap,
 }
 
-/// The ioctl's name without `GDRPEER_IOCTL_`.
+/// The ioctl's name without `GDRPEER_IOCTL_` (gdrdrv's with `GDRDRV_IOC_`).
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -210,6 +262,17 @@ impl fmt::Display for Op {
             Op::DmaMap => "DMA_MAP",
             Op::Stats => "STATS",
             Op::Mmap => "mmap",
+            Op::ReadEvents => "read of events",
+            Op::GdrdrvPinBuffer => "GDRDRV_IOC_PIN_BUFFER",
+            Op::GdrdrvPinBufferV2 => "GDRDRV_IOC_PIN_BUFFER_V2",
+            Op::GdrdrvUnpinBuffer => "GDRDRV_IOC_UNPIN_BUFFER",
+            Op::GdrdrvGetCbFlag => "GDRDRV_IOC_GET_CB_FLAG",
+            Op::GdrdrvGetInfo => "GDRDRV_IOC_GET_INFO",
+            Op::GdrdrvGetInfoV2 => "GDRDRV_IOC_GET_INFO_V2",
+            Op::GdrdrvGetAttr => "GDRDRV_IOC_GET_ATTR",
+            Op::GdrdrvReqMappingType => "GDRDRV_IOC_REQ_MAPPING_TYPE",
+            Op::GdrdrvGetVersion => "GDRDRV_IOC_GET_VERSION",
+            Op::GdrdrvMmap => "mmap of /dev/gdrdrv",
         })
     }
 }
@@ -396,16 +459,7 @@ impl Device {
 
     /// Opens the device at `path` and checks that the module's ABI is compatible.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
-        let path = path.as_ref();
-        let fd = rustix::fs::open(
-            path,
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|errno| Error::Open {
-            path: path.to_owned(),
-            errno,
-        })?;
+        let fd = open_rdwr(path.as_ref())?;
         let version = query_version(&fd)?;
         if !abi_compatible(version.abi) {
             return Err(Error::AbiMismatch {
@@ -506,11 +560,9 @@ impl Device {
 
     /// Maps `len` bytes of `handle`'s window, from byte `offset` (a multiple
     /// of 4 KiB), for CPU access: write-combining, shared, unmapped when the
-    /// returned [`Mapping`] is dropped. While it lives, UNPIN of the handle
-    /// fails with `EBUSY`; should the GPU memory be freed meanwhile, access
-    /// through it raises SIGBUS.
+    /// returned [`Mapping`] is dropped. UNPIN of the handle withdraws it, as
+    /// does the GPU memory being freed: access through it then raises SIGBUS.
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
-        use rustix::mm::{mmap, MapFlags, ProtFlags};
         if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
             // GDRPEER_MMAP_OFFSET cannot encode it.
             return Err(Error::Ioctl {
@@ -518,26 +570,12 @@ impl Device {
                 errno: Errno::OVERFLOW,
             });
         }
-        // SAFETY: a new mapping at an address of the kernel's choice replaces
-        // nothing; the Mapping owns it and unmaps it once.
-        let ptr = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                &self.fd,
-                uapi::mmap_offset(handle, offset),
-            )
-        }
-        .map_err(|errno| Error::Ioctl {
-            op: Op::Mmap,
-            errno,
-        })?;
-        Ok(Mapping {
-            ptr: ptr.cast(),
+        Mapping::new(
+            self.fd.as_fd(),
+            uapi::mmap_offset(handle, offset),
             len,
-        })
+            Op::Mmap,
+        )
     }
 
     /// The counters of this file's registration cache and of all of them.
@@ -570,16 +608,33 @@ impl Device {
     }
 }
 
-/// The device's file descriptor, for calls this library does not wrap.
+/// The device's file descriptor, for poll/epoll of its events and calls this library does
+/// not wrap.
 impl AsFd for Device {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 }
 
-/// Same major, and a minor at least ours: with equal majors that is comparing the words.
+impl EventSource for Device {}
+
+/// Opens a device node read-write and close-on-exec.
+fn open_rdwr(path: &Path) -> Result<OwnedFd, Error> {
+    rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|errno| Error::Open {
+        path: path.to_owned(),
+        errno,
+    })
+}
+
+/// Same major, and a minor at least the one needed: with equal majors that is comparing the
+/// words.
 fn abi_compatible(module: u32) -> bool {
-    module >> 16 == uapi::ABI_MAJOR && module >= uapi::ABI_VERSION
+    module >> 16 == uapi::ABI_MAJOR && module >= (uapi::ABI_MAJOR << 16) | uapi::ABI_MINOR_NEEDED
 }
 
 fn query_version(fd: &OwnedFd) -> Result<ModuleVersion, Error> {
@@ -695,6 +750,14 @@ mod tests {
             "another major is not"
         );
         assert!(!abi_compatible((uapi::ABI_MAJOR - 1) << 16 | 0xffff));
+        assert!(
+            abi_compatible(uapi::ABI_MAJOR << 16 | uapi::ABI_MINOR_NEEDED),
+            "the oldest minor needed is compatible"
+        );
+        assert!(
+            !abi_compatible(uapi::ABI_MAJOR << 16 | (uapi::ABI_MINOR_NEEDED - 1)),
+            "an older one is not"
+        );
     }
 
     #[test]

@@ -13,10 +13,13 @@ use rustix::ioctl::{opcode, Opcode};
 
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
-/// ABI minor version this library was built for.
+/// ABI minor version this library was built for (the header's).
 pub const ABI_MINOR: u32 = 3;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
+/// The oldest minor this library works with: 1.2 has everything but events, whose read
+/// fails there with EINVAL.
+pub const ABI_MINOR_NEEDED: u32 = 2;
 /// `GDRPEER_IOCTL_MAGIC`.
 pub const IOCTL_MAGIC: u8 = 0xDB;
 
@@ -45,6 +48,22 @@ pub const fn mmap_offset(handle: u64, off: u64) -> u64 {
 pub const STATE_VALID: u32 = 0;
 /// `GDRPEER_STATE_REVOKED`: the driver freed the memory; unpin the handle.
 pub const STATE_REVOKED: u32 = 1;
+
+/// `GDRPEER_EVENT_REVOKED` (ABI 1.3): the driver freed the handle's memory.
+pub const EVENT_REVOKED: u32 = 1;
+
+/// `struct gdrpeer_event` (ABI 1.3): one record read(2) returns from a
+/// `/dev/gdrpeer` or `/dev/gdrdrv` file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// The handle revoked.
+    pub handle: u64,
+    /// [`EVENT_REVOKED`].
+    pub type_: u32,
+    /// 0.
+    pub pad: u32,
+}
 
 /// `struct gdrpeer_version`.
 #[repr(C)]
@@ -232,18 +251,13 @@ pub const IOCTL_STATS: Opcode = opcode::read_write::<Stats>(IOCTL_MAGIC, 6);
 
 #[cfg(test)]
 mod tests {
+    use super::probe::{check_against_header, Row};
     use super::*;
-    use std::{mem::offset_of, path::Path, process::Command};
+    use std::mem::offset_of;
 
     /// The size of the field that `get` picks out of a `T`.
     fn field_size<T, F>(_get: fn(&T) -> &F) -> usize {
         size_of::<F>()
-    }
-
-    /// One check: a C expression over the header and the value Rust has for it.
-    struct Row {
-        c: String,
-        rust: u64,
     }
 
     /// The table of everything the header defines: each struct's size, each
@@ -284,6 +298,7 @@ mod tests {
             GDRPEER_STATE_REVOKED = STATE_REVOKED,
             GDRPEER_MMAP_HANDLE_SHIFT = MMAP_HANDLE_SHIFT,
             GDRPEER_MMAP_OFFSET_MASK = MMAP_OFFSET_MASK,
+            GDRPEER_EVENT_REVOKED = EVENT_REVOKED,
             GDRPEER_IOCTL_GET_VERSION = IOCTL_GET_VERSION,
             GDRPEER_IOCTL_PIN = IOCTL_PIN,
             GDRPEER_IOCTL_UNPIN = IOCTL_UNPIN,
@@ -374,16 +389,49 @@ mod tests {
                 global
             }
         );
+        // `type` is a Rust keyword: the field is `type_`.
+        let Event {
+            handle: _,
+            type_: _,
+            pad: _,
+        } = Event::default();
+        row(
+            "sizeof(struct gdrpeer_event)".into(),
+            size_of::<Event>() as u64,
+        );
+        for (c, rust) in [
+            ("handle", offset_of!(Event, handle)),
+            ("type", offset_of!(Event, type_)),
+            ("pad", offset_of!(Event, pad)),
+        ] {
+            row(format!("offsetof(struct gdrpeer_event, {c})"), rust as u64);
+        }
         rows
     }
 
-    /// Compiles a C program that prints every expression of [`table`] against
-    /// the header and compares its output with the Rust values.
     #[test]
     fn uapi_matches_c_header() {
-        let rows = table();
+        check_against_header("uapi/gdrpeer.h", &table());
+    }
+}
+
+/// The header check the uAPI modules share (tests only).
+#[cfg(test)]
+pub(crate) mod probe {
+    use std::{path::Path, process::Command};
+
+    /// One check: a C expression over the header and the value Rust has for it.
+    pub struct Row {
+        pub c: String,
+        pub rust: u64,
+    }
+
+    /// Compiles a C program that prints every expression of `rows` against
+    /// `header` (under include/) and compares its output with the Rust values.
+    pub fn check_against_header(header: &str, rows: &[Row]) {
         let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-        let dir = std::env::temp_dir().join(format!("gdrpeer-uapi-{}", std::process::id()));
+        let tag = header.replace(['/', '.'], "-");
+        let dir = std::env::temp_dir().join(format!("gdrpeer-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let src = dir.join("probe.c");
         let prints: String = rows.iter().map(|r| format!("\tP({});\n", r.c)).collect();
@@ -392,7 +440,7 @@ mod tests {
             format!(
                 "#include <stddef.h>\n\
                  #include <stdio.h>\n\
-                 #include <uapi/gdrpeer.h>\n\
+                 #include <{header}>\n\
                  #define P(e) printf(\"%llu\\n\", (unsigned long long)(e))\n\
                  int main(void)\n{{\n{prints}\treturn 0;\n}}\n"
             ),
@@ -408,7 +456,7 @@ mod tests {
             .arg(&exe)
             .status()
             .expect("a C compiler is needed to check the uAPI against its header");
-        assert!(status.success(), "the uAPI header does not compile");
+        assert!(status.success(), "{header} does not compile");
         let out = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
         std::fs::remove_dir_all(&dir).ok();
 
@@ -422,7 +470,7 @@ mod tests {
             .collect();
         assert!(
             wrong.is_empty(),
-            "the uAPI differs from the header:\n{}",
+            "the uAPI differs from {header}:\n{}",
             wrong.join("\n")
         );
     }

@@ -8,14 +8,14 @@
 //! memory: zapped before the pages can go, SIGBUS after.
 
 use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
-use crate::proc::{fork, wait};
+use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait};
 use gdrpeer::{uapi, PinFlags, PinState};
 use nvsim::testing::{debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
-    fd::AsFd,
+    fd::{AsFd, BorrowedFd},
     io::Errno,
-    mm::{mmap, munmap, MapFlags, ProtFlags},
+    mm::{mmap, mprotect, mremap, munmap, MapFlags, MprotectFlags, MremapFlags, ProtFlags},
 };
 
 const K4: u64 = 4096;
@@ -362,6 +362,239 @@ fn mmap_survives_eviction() -> TestResult {
     })
 }
 
+/// A raw shared mmap of `len` bytes of `handle`'s window from `off` on `fd`: the address,
+/// or the errno (a mapping made is the caller's to unmap).
+fn raw_map(fd: BorrowedFd<'_>, handle: u64, off: u64, len: usize) -> Result<*mut u8, Errno> {
+    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
+    let r = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            uapi::mmap_offset(handle, off),
+        )
+    };
+    r.map(|p| p.cast())
+}
+
+/// A child forked before the parent maps: its mmap of the inherited file is EACCES while the
+/// parent's own mapping, made meanwhile, works; after the child is gone too.
+fn mmap_fork_before_map() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let (mine, theirs) = unix_pair()?;
+    let child = fork(|| {
+        // The parent maps first, then lets the child try.
+        byte(theirs.as_fd())?;
+        check_eq!(
+            raw_map(d.as_fd(), p.handle, 0, K4 as usize).err(),
+            Some(Errno::ACCESS),
+            "child mmap"
+        );
+        check_eq!(
+            fails(d.info(p.handle), "child GET_INFO")?,
+            Errno::ACCESS,
+            "child GET_INFO"
+        );
+        send_byte(theirs.as_fd())
+    })?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "parent map")?;
+    send_byte(mine.as_fd())?;
+    byte(mine.as_fd())?;
+    wait(child)?;
+    let data = pattern(12, K64 as usize);
+    m.write(0, &data);
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory written through the parent's mapping"
+    );
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A process that received the file over SCM_RIGHTS may not map it (EACCES), though the
+/// opener's handle is valid and mapped.
+fn mmap_scm_rights_receiver_gets_eacces() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let (mine, theirs) = unix_pair()?;
+    // Forked before the file exists: only the received copy reaches the child.
+    let child = fork(|| {
+        let fd = recv_fd(theirs.as_fd())?;
+        let mut h = [0u8; 8];
+        check_eq!(
+            rustix::io::read(theirs.as_fd(), &mut h).map_err(errno)?,
+            8,
+            "handle"
+        );
+        let handle = u64::from_le_bytes(h);
+        check_eq!(
+            raw_map(fd.as_fd(), handle, 0, K4 as usize).err(),
+            Some(Errno::ACCESS),
+            "receiver mmap"
+        );
+        send_byte(theirs.as_fd())
+    })?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
+    send_fd(mine.as_fd(), d.as_fd())?;
+    rustix::io::write(mine.as_fd(), &p.handle.to_le_bytes()).map_err(errno)?;
+    byte(mine.as_fd())?;
+    wait(child)?;
+    m.write(0, &[0x5a]);
+    check_eq!(
+        gpu.read(va, 1).map_err(errno)?,
+        vec![0x5a],
+        "the opener's mapping"
+    );
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A mapping split in three by munmap of a page in its middle, and its last part by mprotect:
+/// every piece still reaches its GPU page; pieces unmapped one by one, and UNPIN over the
+/// last, leave nothing behind (checked after every test).
+fn mmap_split_by_munmap_and_mprotect() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let len = K64 as usize;
+    let base = raw_map(d.as_fd(), p.handle, 0, len).map_err(errno)?;
+    let pg = K4 as usize;
+    // The mapping just made is this function's alone: it unmaps it, piece by piece, below.
+    // SAFETY: a page inside the mapping.
+    unsafe { munmap(base.add(4 * pg).cast(), pg) }.map_err(errno)?;
+    // [0, 4 pages) and [5 pages, 16 pages) are left; make [12 pages, 16) read-only.
+    // SAFETY: the last four pages of the mapping.
+    unsafe { mprotect(base.add(12 * pg).cast(), 4 * pg, MprotectFlags::READ) }.map_err(errno)?;
+    let pieces: [(usize, usize); 3] = [(0, 4 * pg), (5 * pg, 7 * pg), (12 * pg, 4 * pg)];
+    let data = pattern(13, len);
+    gpu.write(va, &data).map_err(errno)?;
+    for (at, n) in pieces {
+        let seen: Vec<u8> = (at..at + n)
+            // SAFETY: a byte of a piece still mapped.
+            .map(|i| unsafe { base.add(i).read_volatile() })
+            .collect();
+        check_eq!(seen, data[at..at + n].to_vec(), format!("piece at {at:#x}"));
+    }
+    // Make the read-only piece writable again, then write through every piece.
+    // SAFETY: the last four pages of the mapping.
+    unsafe {
+        mprotect(
+            base.add(12 * pg).cast(),
+            4 * pg,
+            MprotectFlags::READ | MprotectFlags::WRITE,
+        )
+    }
+    .map_err(errno)?;
+    let back = pattern(14, len);
+    for (at, n) in pieces {
+        for (i, b) in back.iter().enumerate().skip(at).take(n) {
+            // SAFETY: a byte of a piece still mapped, writable.
+            unsafe { base.add(i).write_volatile(*b) };
+        }
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let now = gpu.read(va, len).map_err(errno)?;
+    for (at, n) in pieces {
+        check_eq!(
+            now[at..at + n].to_vec(),
+            back[at..at + n].to_vec(),
+            format!("GPU memory under the piece at {at:#x}")
+        );
+    }
+    check_eq!(
+        now[4 * pg..5 * pg].to_vec(),
+        data[4 * pg..5 * pg].to_vec(),
+        "the unmapped page"
+    );
+    // Two pieces go by munmap, the last is withdrawn by UNPIN, then unmapped.
+    for (at, n) in &pieces[..2] {
+        // SAFETY: a piece still mapped, used no more.
+        unsafe { munmap(base.add(*at).cast(), *n) }.map_err(errno)?;
+    }
+    ok(d.unpin(p.handle), "unpin with the last piece mapped")?;
+    let (at, n) = pieces[2];
+    // SAFETY: the last piece, withdrawn by UNPIN and not touched again.
+    unsafe { munmap(base.add(at).cast(), n) }.map_err(errno)
+}
+
+/// mremap may not grow a mapping (VM_DONTEXPAND: EFAULT); the mapping keeps working.
+fn mmap_mremap_grow_refused() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let half = (K64 / 2) as usize;
+    let base = raw_map(d.as_fd(), p.handle, 0, half).map_err(errno)?;
+    // SAFETY: resizes the mapping just made; on success the new one is unmapped below.
+    let grown = unsafe { mremap(base.cast(), half, 2 * half, MremapFlags::MAYMOVE) };
+    let grown_at = grown.as_ref().ok().copied();
+    let keep = grown_at.map_or(base, |g| g.cast());
+    let r = grown.map(|_| ());
+    let data = pattern(15, half);
+    for (i, b) in data.iter().enumerate() {
+        // SAFETY: inside the (first half of the) mapping.
+        unsafe { keep.add(i).write_volatile(*b) };
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: the mapping made above, whatever mremap did.
+    unsafe {
+        munmap(
+            keep.cast(),
+            if grown_at.is_some() { 2 * half } else { half },
+        )
+    }
+    .map_err(errno)?;
+    check_eq!(r.err(), Some(Errno::FAULT), "mremap to twice the size");
+    check_eq!(
+        gpu.read(va, half).map_err(errno)?,
+        data,
+        "GPU memory written after the refused mremap"
+    );
+    ok(d.unpin(p.handle), "unpin")
+}
+
+/// A buffer smaller than a 4 KiB page, inside a GPU page: the window is that GPU page, the
+/// buffer sits at `offset` inside it, and the page holding it maps from its 4 KiB offset.
+fn mmap_sub_page_buffer() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let d = dev()?;
+    let at = K64 + 5000;
+    gpu.fill(va, 0xee, 2 * K64 as usize).map_err(errno)?;
+    let p = ok(d.pin(va + at, 100, PinFlags::empty()), "pin")?;
+    check_eq!(
+        (p.aligned_va, p.offset, p.page_count),
+        (va + K64, 5000, 1),
+        "window of 100 bytes"
+    );
+    let page = p.offset & !(K4 - 1);
+    let m = ok(d.map(p.handle, page, K4 as usize), "map the buffer's page")?;
+    let data = pattern(16, 100);
+    let inside = (p.offset - page) as usize;
+    m.write(inside, &data);
+    check_eq!(
+        gpu.read(va + at, 100).map_err(errno)?,
+        data,
+        "the buffer written through the mapping"
+    );
+    check_eq!(
+        gpu.read(va + at - 1, 1).map_err(errno)?,
+        vec![0xee],
+        "the byte before the buffer"
+    );
+    drop(m);
+    ok(d.unpin(p.handle), "unpin")
+}
+
 /// This subject's tests, in the order they run.
 pub const TESTS: &[Test] = &[
     (
@@ -395,4 +628,15 @@ pub const TESTS: &[Test] = &[
         mmap_access_after_unpin_is_sigbus,
     ),
     ("gdrpeer-mmap-survives-eviction", mmap_survives_eviction),
+    ("gdrpeer-mmap-fork-before-map", mmap_fork_before_map),
+    (
+        "gdrpeer-mmap-scm-rights-receiver-gets-eacces",
+        mmap_scm_rights_receiver_gets_eacces,
+    ),
+    (
+        "gdrpeer-mmap-split-by-munmap-and-mprotect",
+        mmap_split_by_munmap_and_mprotect,
+    ),
+    ("gdrpeer-mmap-mremap-grow-refused", mmap_mremap_grow_refused),
+    ("gdrpeer-mmap-sub-page-buffer", mmap_sub_page_buffer),
 ];
