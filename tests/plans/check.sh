@@ -39,6 +39,33 @@ test_get_version() {
 	echo "$out" | grep -q "module ABI: *1\.3 " || fail "unexpected ABI line"
 }
 
+# gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
+test_cli_gdrdrv_info() {
+	ensure_loaded nvsim gdrpeer
+	out=$(gdrpeer gdrdrv-info) || fail "gdrpeer gdrdrv-info failed: $out"
+	echo "$out"
+	echo "$out" | grep -q "gdrdrv version: *2\.6$" || fail "no gdrdrv version 2.6"
+	echo "$out" | grep -q "use persistent mapping: *0$" || fail "no persistent-mapping attribute"
+}
+
+# gdrpeer events: two buffers pinned and freed one a second later each; one
+# line per revoked handle, on both devices.
+test_cli_events() {
+	ensure_loaded nvsim gdrpeer
+	for dev in "" --gdrdrv; do
+		out=$(gdrpeer events $dev --alloc 65536 --alloc 0x30000 --free-after 1 --timeout 10 2>&1) ||
+			fail "gdrpeer events $dev: $out"
+		echo "$out"
+		[ "$(echo "$out" | grep -c '^revoked handle ')" -eq 2 ] ||
+			fail "gdrpeer events $dev: not two revoked handles"
+		for h in $(echo "$out" | sed -n 's/^watching handle \([0-9]*\):.*/\1/p'); do
+			echo "$out" | grep -q "^revoked handle $h$" || fail "handle $h not reported"
+		done
+	done
+	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
+	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
+}
+
 test_rmmod_order() {
 	ensure_loaded nvsim gdrpeer
 	rmmod nvsim 2>/dev/null && fail "nvsim unloaded while gdrpeer uses its symbols"
@@ -179,6 +206,8 @@ run_plan() {
 	kunit_results gdrpeer_gate
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
 	t gdrpeer-get-version test_get_version
+	t cli-gdrdrv-info test_cli_gdrdrv_info
+	t cli-events test_cli_events
 	t rmmod-order test_rmmod_order
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
