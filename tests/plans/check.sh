@@ -39,6 +39,33 @@ test_get_version() {
 	echo "$out" | grep -q "module ABI: *1\.3 " || fail "unexpected ABI line"
 }
 
+# gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
+test_cli_gdrdrv_info() {
+	ensure_loaded nvsim gdrpeer
+	out=$(gdrpeer gdrdrv-info) || fail "gdrpeer gdrdrv-info failed: $out"
+	echo "$out"
+	echo "$out" | grep -q "gdrdrv version: *2\.6$" || fail "no gdrdrv version 2.6"
+	echo "$out" | grep -q "use persistent mapping: *0$" || fail "no persistent-mapping attribute"
+}
+
+# gdrpeer events: two buffers pinned and freed one a second later each; one
+# line per revoked handle, on both devices.
+test_cli_events() {
+	ensure_loaded nvsim gdrpeer
+	for dev in "" --gdrdrv; do
+		out=$(gdrpeer events $dev --alloc 65536 --alloc 0x30000 --free-after 1 --timeout 10 2>&1) ||
+			fail "gdrpeer events $dev: $out"
+		echo "$out"
+		[ "$(echo "$out" | grep -c '^revoked handle ')" -eq 2 ] ||
+			fail "gdrpeer events $dev: not two revoked handles"
+		for h in $(echo "$out" | sed -n 's/^watching handle \([0-9]*\):.*/\1/p'); do
+			echo "$out" | grep -q "^revoked handle $h$" || fail "handle $h not reported"
+		done
+	done
+	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
+	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
+}
+
 test_rmmod_order() {
 	ensure_loaded nvsim gdrpeer
 	rmmod nvsim 2>/dev/null && fail "nvsim unloaded while gdrpeer uses its symbols"
@@ -117,6 +144,24 @@ cuda_suite() {
 	unload_nv_stack
 }
 
+# --- /dev/gdrdrv from C, as a gdrcopy program uses it -------------------------
+
+# tests/gdrdrv-client: one result per check, named gdrdrv-client-CHECK.
+gdrdrv_client_suite() {
+	if [ -n "$TEST_FILTER" ] && ! echo gdrdrv-client | grep -qE "$TEST_FILTER"; then
+		return
+	fi
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko ||
+		{ echo "@@ RESULT FAIL gdrdrv-client load"; unload_nv_stack; return; }
+	{ gdrdrv-client 2>&1; echo $? >/tmp/gdrdrv-client.rc; } |
+		sed -e 's/^PASS \([^ ]*\)$/@@ RESULT PASS gdrdrv-client-\1/' \
+			-e 's/^FAIL \([^ :]*\): /@@ RESULT FAIL gdrdrv-client-\1 /'
+	rc=$(cat /tmp/gdrdrv-client.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrdrv-client exited with status $rc"
+	unload_nv_stack
+}
+
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
 # A client that takes its own lock in the free callback while calling nvsim
@@ -161,6 +206,8 @@ run_plan() {
 	kunit_results gdrpeer_gate
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
 	t gdrpeer-get-version test_get_version
+	t cli-gdrdrv-info test_cli_gdrdrv_info
+	t cli-events test_cli_events
 	t rmmod-order test_rmmod_order
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
@@ -175,6 +222,7 @@ run_plan() {
 	GDRNIC_FILTER="" gdrnic_suite
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000 gdrnic_suite page_table_version=0x00030000
 	cuda_suite
+	gdrdrv_client_suite
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
 	t bench-short test_bench_short

@@ -7,6 +7,7 @@
 //! figures as JSON; without a CUDA driver library it exits with status 3. `gdrpeer-bench render`
 //! turns that JSON, on the host, into the table, an rst version of it and the plot.
 
+mod mapping;
 mod measure;
 mod plot;
 mod report;

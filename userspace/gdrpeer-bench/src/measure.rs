@@ -26,7 +26,7 @@ pub struct Config {
 }
 
 /// Runs `op` `WARMUP + reps` times; `op` returns the time of the part it measures.
-fn series(
+pub fn series(
     reps: usize,
     mut op: impl FnMut() -> Result<Duration, String>,
 ) -> Result<Latency, String> {
@@ -41,17 +41,17 @@ fn series(
 }
 
 /// The time `f` takes.
-fn timed<T>(f: impl FnOnce() -> Result<T, String>) -> Result<(T, Duration), String> {
+pub fn timed<T>(f: impl FnOnce() -> Result<T, String>) -> Result<(T, Duration), String> {
     let t = Instant::now();
     let v = f()?;
     Ok((v, t.elapsed()))
 }
 
-fn g<T>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<T, String> {
+pub fn g<T>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
 }
 
-fn c<T>(r: Result<T, gdrpeer::cuda::CudaCallError>) -> Result<T, String> {
+pub fn c<T>(r: Result<T, gdrpeer::cuda::CudaCallError>) -> Result<T, String> {
     r.map_err(|e| e.to_string())
 }
 
@@ -65,7 +65,7 @@ fn meminfo(key: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("meminfo: no {key}"))
 }
 
-fn op(key: &str, what: &str, latency: Latency) -> Op {
+pub fn op(key: &str, what: &str, latency: Latency) -> Op {
     eprintln!(
         "bench: {what}: median {} ns, p99 {} ns",
         latency.median_ns, latency.p99_ns
@@ -295,8 +295,10 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     let abi = dev.version().abi_string();
-    let ops = single_ops(&dev, &cuda, cfg)?;
+    let mut ops = single_ops(&dev, &cuda, cfg)?;
     let mut skipped = Vec::new();
+    let (map_ops, copies) = crate::mapping::run(&dev, &cuda, cfg, &mut skipped)?;
+    ops.extend(map_ops);
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
     let close = Instant::now();
@@ -315,6 +317,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
         pin_cost_us: nvsim::testing::param("pin_cost_us")?,
         pin_cost_per_page_us: nvsim::testing::param("pin_cost_per_page_us")?,
         ops,
+        copies,
         scaling,
         skipped,
         close_regions,

@@ -3,6 +3,7 @@
 //! What a run measured (written as JSON in the guest, read back on the host), and how it is
 //! shown: the table, the ratios the benchmarks exist to answer, and an rst version of both.
 
+use crate::mapping::mb_per_s;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
@@ -59,6 +60,17 @@ pub struct Point {
     pub slab_per_region: u64,
 }
 
+/// CPU copies of one size through a mapping of pinned GPU memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyPoint {
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Host buffer to the mapping.
+    pub write: Latency,
+    /// The mapping to a host buffer.
+    pub read: Latency,
+}
+
 /// A whole run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -73,6 +85,9 @@ pub struct Report {
     pub pin_cost_us: u64,
     pub pin_cost_per_page_us: u64,
     pub ops: Vec<Op>,
+    /// CPU copies through a mapping, 1 B to 4 MiB.
+    #[serde(default)]
+    pub copies: Vec<CopyPoint>,
     pub scaling: Vec<Point>,
     /// Sizes asked for but not measured, and why.
     pub skipped: Vec<String>,
@@ -147,6 +162,20 @@ impl Report {
                 "user-space tag check + hit vs kernel hit".into(),
                 ratio(self.op("tag_check_hit"), self.op("hit")),
             ),
+            (
+                "gdrdrv pin + map + unpin: NOCACHE vs cached, 64 KiB".into(),
+                ratio(
+                    self.op("gdrdrv_nocache_64kib"),
+                    self.op("gdrdrv_cached_64kib"),
+                ),
+            ),
+            (
+                "gdrdrv pin + map + unpin: NOCACHE vs cached, 4 MiB".into(),
+                ratio(
+                    self.op("gdrdrv_nocache_4mib"),
+                    self.op("gdrdrv_cached_4mib"),
+                ),
+            ),
         ]
     }
 
@@ -171,6 +200,28 @@ impl Report {
                 o.latency.reps,
                 us(o.latency.median_ns),
                 us(o.latency.p99_ns)
+            );
+        }
+        if !self.copies.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{:>8} {:>12} {:>12} {:>12} {:>12}",
+                "bytes", "write us", "write MB/s", "read us", "read MB/s"
+            );
+            for p in &self.copies {
+                let _ = writeln!(
+                    s,
+                    "{:>8} {:>12} {:>12.1} {:>12} {:>12.1}",
+                    p.bytes,
+                    us(p.write.median_ns),
+                    mb_per_s(p.bytes, &p.write),
+                    us(p.read.median_ns),
+                    mb_per_s(p.bytes, &p.read)
+                );
+            }
+            let _ = writeln!(
+                s,
+                "(CPU copies through a mapping of pinned GPU memory: medians; MB/s = 10^6 B/s)"
             );
         }
         let _ = writeln!(
@@ -240,6 +291,26 @@ impl Report {
             ]);
         }
         let mut s = rst_table(&rows);
+        if !self.copies.is_empty() {
+            let mut rows: Vec<Vec<String>> = vec![vec![
+                "Bytes".into(),
+                "Write median (us)".into(),
+                "Write MB/s".into(),
+                "Read median (us)".into(),
+                "Read MB/s".into(),
+            ]];
+            for p in &self.copies {
+                rows.push(vec![
+                    p.bytes.to_string(),
+                    us(p.write.median_ns),
+                    format!("{:.1}", mb_per_s(p.bytes, &p.write)),
+                    us(p.read.median_ns),
+                    format!("{:.1}", mb_per_s(p.bytes, &p.read)),
+                ]);
+            }
+            s.push('\n');
+            s.push_str(&rst_table(&rows));
+        }
         let mut rows: Vec<Vec<String>> = vec![vec![
             "Regions".into(),
             "Hit median".into(),
@@ -350,7 +421,14 @@ mod tests {
                 op("reuse_cached_64k", 10_000),
                 op("reuse_nocache_64k", 250_000),
                 op("tag_check_hit", 7500),
+                op("gdrdrv_cached_64kib", 20_000),
+                op("gdrdrv_nocache_64kib", 300_000),
             ],
+            copies: vec![CopyPoint {
+                bytes: 4096,
+                write: lat(2048),
+                read: lat(8192),
+            }],
             scaling: vec![point(16, 4000, 300_000), point(65536, 6000, 330_000)],
             skipped: vec![],
             close_regions: 0,
@@ -359,9 +437,13 @@ mod tests {
         let got: Vec<String> = r.ratios().into_iter().map(|(_, v)| v).collect();
         assert_eq!(
             got,
-            ["2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x"].map(String::from)
+            ["2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x", "15.00x", "n/a"]
+                .map(String::from)
         );
         assert!(r.table().contains("hit at 65536 regions vs 16"));
+        // 4096 B in 2.048 us and 8.192 us.
+        assert!(r.table().contains("2000.0"), "{}", r.table());
+        assert!(r.table().contains("500.0"));
         let json = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), r);
         assert!(r.rst().contains("=====  ====="));

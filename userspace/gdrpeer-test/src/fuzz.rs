@@ -10,6 +10,9 @@
 //! fuzzer's own data. The kernel must stay healthy (the log oracle watches), a final
 //! GET_VERSION must work, and nothing may be left pinned.
 //!
+//! Where `/dev/gdrdrv` exists, a third of the calls go to files of it: gdrdrv's commands
+//! with mutated arguments, its magic with random numbers, and mmaps at `handle << 12`.
+//!
 //! A tenth of the calls are mmaps instead: random handles, offsets (4 KiB-aligned or not,
 //! inside the window or past it), lengths, protections and flags. Each must succeed only
 //! when it is a shared mapping inside a pinned window, or fail with one of the errnos
@@ -19,11 +22,11 @@
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
 
 use crate::helpers::{edu, gdrpeer_idle, K64};
-use gdrpeer::{uapi, Device};
+use gdrpeer::{gdrdrv, uapi, Device};
 use nvsim::testing::{self as harness, TestResult};
 use nvsim::{check, Gpu};
 use rustix::{
-    fd::{AsFd, AsRawFd, OwnedFd},
+    fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     io::Errno,
     mm::{mmap_anonymous, munmap, MapFlags, ProtFlags},
 };
@@ -69,6 +72,42 @@ const MMAP_ERRNOS: [Errno; 6] = [
     Errno::OVERFLOW,
 ];
 
+/// gdrdrv's commands with their argument sizes (what libgdrapi sends).
+const GDRDRV_COMMANDS: [(u32, usize); 9] = [
+    (gdrdrv::IOC_PIN_BUFFER, size_of::<gdrdrv::PinBuffer>()),
+    (gdrdrv::IOC_UNPIN_BUFFER, 8),
+    (gdrdrv::IOC_GET_CB_FLAG, 8),
+    (gdrdrv::IOC_GET_INFO, 8),
+    (gdrdrv::IOC_GET_INFO_V2, 8),
+    (gdrdrv::IOC_GET_ATTR, 8),
+    (gdrdrv::IOC_PIN_BUFFER_V2, size_of::<gdrdrv::PinBufferV2>()),
+    (gdrdrv::IOC_REQ_MAPPING_TYPE, 8),
+    (gdrdrv::IOC_GET_VERSION, 8),
+];
+
+/// GET_INFO of `handle` on `fd` (gdrpeer's, or gdrdrv's GET_INFO_V2): whether it answered,
+/// and the window's length.
+fn window_of(fd: i32, handle: u64, on_gdrdrv: bool) -> (bool, u64) {
+    // SAFETY: a descriptor number of ours, alive for the call.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    if on_gdrdrv {
+        let mut i = gdrdrv::GetInfoV2 {
+            handle,
+            ..Default::default()
+        };
+        let r = gdrdrv::call(fd, &mut i);
+        (r.is_ok(), i.mapped_size)
+    } else {
+        let mut i = uapi::Info {
+            handle,
+            ..uapi::Info::new()
+        };
+        // SAFETY: GET_INFO reads and writes one Info.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), uapi::IOCTL_GET_INFO as _, &mut i) };
+        (r == 0, u64::from(i.page_count) * u64::from(i.page_size))
+    }
+}
+
 struct Fuzzer {
     /// The descriptor numbers the threads use; `dup2` replaces the file behind them.
     fds: Vec<AtomicI32>,
@@ -79,6 +118,10 @@ struct Fuzzer {
     gpu: Mutex<Vec<(u64, u64)>>,
     /// Handles pins returned (random values are tried too).
     handles: Mutex<Vec<u64>>,
+    /// `/dev/gdrdrv` files (none where it does not exist), replaced as `fds` are.
+    gdrdrv: Vec<AtomicI32>,
+    /// gdrdrv handles its pins returned.
+    gdrdrv_handles: Mutex<Vec<u64>>,
     peer: (u32, u8, u8),
     calls: AtomicU64,
     errnos: Mutex<BTreeMap<String, u64>>,
@@ -175,14 +218,19 @@ impl Fuzzer {
 
     /// One random mmap on `fd`, checked against [`MMAP_ERRNOS`] and, where it succeeds,
     /// against the handle's window.
-    fn one_mmap(&self, rng: &mut fastrand::Rng, fd: i32) {
+    fn one_mmap(&self, rng: &mut fastrand::Rng, fd: i32, on_gdrdrv: bool) {
         const PAGE: u64 = 4096;
         let handle = {
-            let h = self.handles.lock().unwrap();
+            let h = if on_gdrdrv {
+                self.gdrdrv_handles.lock().unwrap()
+            } else {
+                self.handles.lock().unwrap()
+            };
             match rng.u32(0..8) {
                 0 => rng.u64(0..1 << 24),
                 1 => rng.u64(..) >> uapi::MMAP_HANDLE_SHIFT,
                 _ if !h.is_empty() => h[rng.usize(0..h.len())],
+                _ if on_gdrdrv => rng.u64(0..16) << 28,
                 _ => rng.u64(0..16),
             }
         };
@@ -223,7 +271,11 @@ impl Fuzzer {
             }
         }
         let generation = self.generation.load(Relaxed);
-        let offset = uapi::mmap_offset(handle, off);
+        let offset = if on_gdrdrv {
+            gdrdrv::mmap_offset(handle, 0).wrapping_add(off)
+        } else {
+            uapi::mmap_offset(handle, off)
+        };
         // SAFETY: no MAP_FIXED: a new mapping at an address of the kernel's choice, which
         // replaces nothing; unmapped below untouched.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset as i64) };
@@ -241,15 +293,9 @@ impl Fuzzer {
         } else {
             // MAP_SHARED_VALIDATE is MAP_SHARED | MAP_PRIVATE.
             let shared = flags & libc::MAP_SHARED_VALIDATE != libc::MAP_PRIVATE;
-            let mut i = uapi::Info {
-                handle,
-                ..uapi::Info::new()
-            };
-            // SAFETY: GET_INFO reads and writes one Info.
-            let r = unsafe { libc::ioctl(fd, uapi::IOCTL_GET_INFO as _, &mut i) };
-            let window = u64::from(i.page_count) * u64::from(i.page_size);
+            let (r, window) = window_of(fd, handle, on_gdrdrv);
             let inside = off % PAGE == 0 && off + (len as u64).div_ceil(PAGE) * PAGE <= window;
-            if !shared || (r == 0 && self.generation.load(Relaxed) == generation && !inside) {
+            if !shared || (r && self.generation.load(Relaxed) == generation && !inside) {
                 self.wrong.lock().unwrap().push(format!(
                     "mmap handle {handle} offset {off:#x} len {len:#x} flags {flags:#x} \
                      succeeded (window {window:#x})"
@@ -263,10 +309,85 @@ impl Fuzzer {
         *self.errnos.lock().unwrap().entry(name).or_default() += 1;
     }
 
+    /// One call on a `/dev/gdrdrv` file: a mutated gdrdrv command or its magic with a random
+    /// number and size.
+    fn one_gdrdrv_call(&self, rng: &mut fastrand::Rng, fd: i32) {
+        let (cmd, size) = if rng.u32(0..5) == 0 {
+            let size = rng.usize(0..64);
+            let cmd = rng.u32(0..4) << 30
+                | (size as u32) << 16
+                | u32::from(gdrdrv::IOCTL_MAGIC) << 8
+                | rng.u32(0..256);
+            (cmd, size)
+        } else {
+            GDRDRV_COMMANDS[rng.usize(0..GDRDRV_COMMANDS.len())]
+        };
+        let at = rng.usize(0..ARENA - 4096) & !7;
+        let mut words = [0u64; 6];
+        for w in &mut words {
+            *w = self.value(rng);
+        }
+        let gpu = {
+            let g = self.gpu.lock().unwrap();
+            (!g.is_empty()).then(|| g[rng.usize(0..g.len())])
+        };
+        let is_pin = cmd == gdrdrv::IOC_PIN_BUFFER || cmd == gdrdrv::IOC_PIN_BUFFER_V2;
+        if is_pin {
+            if let Some((va, len)) = gpu {
+                words[0] = va + rng.u64(0..len);
+                words[1] = rng.u64(1..=len);
+            }
+            if rng.bool() {
+                // No token, or no flags.
+                words[2] = 0;
+            }
+        } else {
+            let h = self.gdrdrv_handles.lock().unwrap();
+            if !h.is_empty() && rng.u32(0..4) != 0 {
+                words[0] = h[rng.usize(0..h.len())];
+            }
+            if cmd == gdrdrv::IOC_GET_ATTR || cmd == gdrdrv::IOC_REQ_MAPPING_TYPE {
+                words[usize::from(cmd == gdrdrv::IOC_REQ_MAPPING_TYPE)] = rng.u64(0..5);
+            }
+        }
+        let arg = self.arena + at;
+        // SAFETY: `arg` is in the arena, with room for the six words.
+        unsafe { std::ptr::copy_nonoverlapping(words.as_ptr(), arg as *mut u64, words.len()) };
+        let arg = if rng.u32(0..12) == 0 {
+            self.pointer(rng, size) as usize
+        } else {
+            arg
+        };
+        // SAFETY: the kernel reads and writes at most 48 bytes at `arg` (gdrdrv copies whole
+        // structs whatever the number says), which is in the arena or invalid.
+        let r = unsafe { libc::ioctl(fd, cmd as _, arg) };
+        let name = if r < 0 {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            format!("gdrdrv {}", Errno::from_raw_os_error(e))
+        } else {
+            if is_pin && arg >= self.arena && arg < self.arena + ARENA {
+                let at = if cmd == gdrdrv::IOC_PIN_BUFFER { 4 } else { 3 };
+                // SAFETY: the PIN wrote its handle in the arena.
+                let h = unsafe { (arg as *const u64).add(at).read_unaligned() };
+                self.gdrdrv_handles.lock().unwrap().push(h);
+            }
+            "gdrdrv success".to_string()
+        };
+        self.calls.fetch_add(1, Relaxed);
+        *self.errnos.lock().unwrap().entry(name).or_default() += 1;
+    }
+
     fn one_call(&self, rng: &mut fastrand::Rng) {
+        if !self.gdrdrv.is_empty() && rng.u32(0..3) == 0 {
+            let fd = self.gdrdrv[rng.usize(0..self.gdrdrv.len())].load(Relaxed);
+            if rng.u32(0..5) == 0 {
+                return self.one_mmap(rng, fd, true);
+            }
+            return self.one_gdrdrv_call(rng, fd);
+        }
         let fd = self.fds[rng.usize(0..self.fds.len())].load(Relaxed);
         if rng.u32(0..10) == 0 {
-            return self.one_mmap(rng, fd);
+            return self.one_mmap(rng, fd, false);
         }
         let (cmd, size) = match rng.u32(0..10) {
             // One of gdrpeer's commands with a mutated argument.
@@ -315,6 +436,11 @@ impl Fuzzer {
     }
 }
 
+fn open_gdrdrv() -> Result<OwnedFd, String> {
+    let g = gdrdrv::Gdrdrv::open_default().map_err(|e| e.to_string())?;
+    g.as_fd().try_clone_to_owned().map_err(|e| e.to_string())
+}
+
 fn open_raw() -> Result<OwnedFd, String> {
     let d = Device::open_default().map_err(|e| e.to_string())?;
     d.as_fd().try_clone_to_owned().map_err(|e| e.to_string())
@@ -351,6 +477,14 @@ pub fn run(args: &[String]) -> TestResult {
         fds.push(AtomicI32::new(fd.as_raw_fd()));
         owned.push(fd);
     }
+    let mut gdrdrv_fds = Vec::new();
+    if std::path::Path::new(gdrdrv::DEFAULT_PATH).exists() {
+        for _ in 0..2 {
+            let fd = open_gdrdrv()?;
+            gdrdrv_fds.push(AtomicI32::new(fd.as_raw_fd()));
+            owned.push(fd);
+        }
+    }
     let peer = edu()?;
     let f = Fuzzer {
         fds,
@@ -358,6 +492,8 @@ pub fn run(args: &[String]) -> TestResult {
         hole,
         gpu: Mutex::new(Vec::new()),
         handles: Mutex::new(Vec::new()),
+        gdrdrv: gdrdrv_fds,
+        gdrdrv_handles: Mutex::new(Vec::new()),
         peer: (peer.domain, peer.bus, peer.devfn),
         calls: AtomicU64::new(0),
         errnos: Mutex::new(BTreeMap::new()),
@@ -384,13 +520,18 @@ pub fn run(args: &[String]) -> TestResult {
         while workers.iter().any(|w| !w.is_finished()) {
             match rng.u32(0..3) {
                 0 => {
-                    let new = open_raw()?;
-                    let i = rng.usize(0..f.fds.len());
+                    let gdrdrv = !f.gdrdrv.is_empty() && rng.u32(0..3) == 0;
+                    let (new, fds, handles) = if gdrdrv {
+                        (open_gdrdrv()?, &f.gdrdrv, &f.gdrdrv_handles)
+                    } else {
+                        (open_raw()?, &f.fds, &f.handles)
+                    };
+                    let i = rng.usize(0..fds.len());
+                    f.generation.fetch_add(1, Relaxed);
                     // SAFETY: dup2 over one of our own descriptors: the old file is closed
                     // (calls in flight keep their reference), the number stays valid.
-                    f.generation.fetch_add(1, Relaxed);
-                    unsafe { libc::dup2(new.as_raw_fd(), f.fds[i].load(Relaxed)) };
-                    f.handles.lock().unwrap().clear();
+                    unsafe { libc::dup2(new.as_raw_fd(), fds[i].load(Relaxed)) };
+                    handles.lock().unwrap().clear();
                     replaced.fetch_add(1, Relaxed);
                 }
                 1 => {

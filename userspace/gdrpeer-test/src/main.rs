@@ -15,6 +15,7 @@
 
 mod demo;
 mod fuzz;
+mod gdrdrv_sanity;
 mod helpers;
 mod nic;
 mod proc;
@@ -33,6 +34,14 @@ const CHILD_MODES: &[proc::ChildMode] = &[
     ("--gpu-alloc-and-wait", tests::badinput::gpu_alloc_and_wait),
     ("--cuda-touch-after-free", sanity::touch_after_cumemfree),
     ("--demo-mmap-child", demo::mmap_child),
+    (
+        "--gdrdrv-touch-after-free",
+        gdrdrv_sanity::touch_after_cumemfree,
+    ),
+    (
+        "--gdrdrv-touch-after-unpin",
+        gdrdrv_sanity::touch_after_unpin,
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -78,7 +87,11 @@ fn main() -> ExitCode {
             }
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(if mode == "--cuda" {
-                harness::run_tests(sanity::TESTS, &filter, all_released)
+                harness::run_tests(
+                    &[sanity::TESTS, gdrdrv_sanity::TESTS].concat(),
+                    &filter,
+                    all_released,
+                )
             } else {
                 harness::run_tests(sanity::CUDA_ONLY, &filter, || Ok(()))
             });

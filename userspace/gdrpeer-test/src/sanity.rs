@@ -35,25 +35,25 @@ pub fn cu() -> &'static Cuda {
     CUDA.get().expect("sanity::load ran first")
 }
 
-fn c(e: CudaCallError) -> String {
+pub fn c(e: CudaCallError) -> String {
     e.to_string()
 }
 
 /// cuMemAlloc'd memory, freed on drop unless freed already.
-struct DevMem {
-    p: u64,
+pub struct DevMem {
+    pub p: u64,
     freed: bool,
 }
 
 impl DevMem {
-    fn new(size: usize) -> Result<Self, String> {
+    pub fn new(size: usize) -> Result<Self, String> {
         Ok(DevMem {
             p: cu().mem_alloc(size).map_err(c)?,
             freed: false,
         })
     }
 
-    fn free(&mut self) -> TestResult {
+    pub fn free(&mut self) -> TestResult {
         self.freed = true;
         cu().mem_free(self.p).map_err(c)
     }
@@ -306,12 +306,19 @@ pub fn touch_after_cumemfree() -> TestResult {
 /// Access through a mapping after cuMemFree is SIGBUS, and nothing reached the freed pages
 /// (nvsim's `freed_page_writes`, checked after every test).
 fn mmap_after_cumemfree_is_sigbus() -> TestResult {
+    expect_sigbus("--cuda-touch-after-free")
+}
+
+/// Runs this program in the child `mode`: it must die of SIGBUS, writing nothing into freed
+/// GPU pages.
+pub fn expect_sigbus(mode: &str) -> TestResult {
+    use std::os::unix::process::ExitStatusExt;
+    let writes = harness::stat("freed_page_writes")?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
-        .arg("--cuda-touch-after-free")
+        .arg(mode)
         .output()
         .map_err(|e| e.to_string())?;
-    use std::os::unix::process::ExitStatusExt;
     check_eq!(
         out.status.signal(),
         Some(libc::SIGBUS),
@@ -320,6 +327,11 @@ fn mmap_after_cumemfree_is_sigbus() -> TestResult {
             out.status,
             String::from_utf8_lossy(&out.stdout).trim()
         )
+    );
+    check_eq!(
+        harness::stat("freed_page_writes")?,
+        writes,
+        "writes into freed pages"
     );
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 type CuResult = c_uint;
 const SUCCESS: CuResult = 0;
 const ERROR_INVALID_VALUE: CuResult = 1;
+const ATTR_P2P_TOKENS: c_uint = 5;
 const ATTR_SYNC_MEMOPS: c_uint = 6;
 const ATTR_BUFFER_ID: c_uint = 7;
 
@@ -133,6 +134,26 @@ impl Cuda {
     pub fn mem_free(&self, p: u64) -> Result<(), CudaCallError> {
         // SAFETY: see `load`.
         self.check("cuMemFree", unsafe { (self.free)(p) })
+    }
+
+    /// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)`: the buffer's P2P token and
+    /// VA-space token, as a gdrdrv PIN_BUFFER takes them.
+    pub fn p2p_tokens(&self, ptr: u64) -> Result<(u64, u32), CudaCallError> {
+        /// `CUDA_POINTER_ATTRIBUTE_P2P_TOKENS`.
+        #[repr(C)]
+        struct Tokens {
+            p2p_token: u64,
+            va_space_token: c_uint,
+        }
+        let mut t = Tokens {
+            p2p_token: 0,
+            va_space_token: 0,
+        };
+        // SAFETY: see `load`; P2P_TOKENS writes one CUDA_POINTER_ATTRIBUTE_P2P_TOKENS.
+        self.check("cuPointerGetAttribute(P2P_TOKENS)", unsafe {
+            (self.get_attr)((&mut t as *mut Tokens).cast(), ATTR_P2P_TOKENS, ptr)
+        })?;
+        Ok((t.p2p_token, t.va_space_token))
     }
 
     /// `cuMemcpyHtoD`.
