@@ -1609,8 +1609,10 @@ static int nvsim_ioctl_vmm_map(struct nvsim_file *f, struct nvsim_vmm_map_args _
 	mutex_lock(&nvsim_lock);
 	phys = nvsim_phys_by_handle(f, req.handle);
 	s = nvsim_space_by_tgid(current->tgid);
-	if (!phys || req.size > phys->size || !nvsim_reserve_find(s, req.va, req.size) ||
-	    nvsim_va_used(s, req.va, req.size)) {
+	/* A handle whose memory went with the GPU (nvsim_remove) has no pages. */
+	ret = phys && !phys->npages ? -ENODEV : -EINVAL;
+	if (!phys || !phys->npages || req.size > phys->size ||
+	    !nvsim_reserve_find(s, req.va, req.size) || nvsim_va_used(s, req.va, req.size)) {
 		kfree(a);
 		goto out;
 	}

@@ -635,6 +635,9 @@ fn gpu_gone_is_enodev() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
+    let vmm = nvsim::VMM_GRANULARITY;
+    let handle = gpu.vmm_create(vmm).map_err(errno)?;
+    let reserved = gpu.vmm_reserve(vmm).map_err(errno)?;
     std::fs::write(format!("{DRIVER}/unbind"), &dev).map_err(|e| format!("unbind: {e}"))?;
     let gone = (
         client(&format!("state {}", p.handle)),
@@ -642,6 +645,13 @@ fn gpu_gone_is_enodev() -> TestResult {
         gpu.alloc(K64),
     );
     std::fs::write(format!("{DRIVER}/bind"), &dev).map_err(|e| format!("bind: {e}"))?;
+    // A handle made before the GPU went has no memory on the new one.
+    check_eq!(
+        gpu.vmm_map(reserved, vmm, handle)
+            .map_err(|e| e.raw_os_error()),
+        Err(19),
+        "map of a handle whose GPU went away"
+    );
     check!(
         gone.0?.starts_with("revoked=1"),
         "pin not called back when the GPU went away"
