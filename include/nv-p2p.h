@@ -101,6 +101,14 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 /* Persistent pins: never called back, released by put_pages_persistent. */
 #define NVIDIA_P2P_CAP_GET_PAGES_PERSISTENT_API
 
+/*
+ * flags of the persistent calls. FORCE_BAR1_MAPPING asks for BAR1 addresses
+ * even on a cache-coherent platform (where pins otherwise get the GPU
+ * memory's coherent addresses and CPU_CACHEABLE tables); other bits: -EINVAL.
+ */
+#define NVIDIA_P2P_FLAGS_DEFAULT		0
+#define NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING	1
+
 int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 				    struct nvidia_p2p_page_table **page_table,
 				    u32 flags);

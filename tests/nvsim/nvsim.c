@@ -19,6 +19,11 @@
  *   afterwards nvsim frees the table and its DMA mappings itself, poisoned;
  * - persistent pins survive freeing the memory and are never called back;
  * - DMA mappings per peer with dma_map_resource(), several peers per table;
+ * - small allocations carved from shared 2 MiB pool blocks; VMM objects
+ *   (reservations, physical allocations, mappings), a mapping pinned and
+ *   called back like an allocation;
+ * - persistent-pin flags; a cache-coherent platform (module parameter
+ *   coherent) whose pins bypass BAR1 unless FORCE_BAR1_MAPPING asks for it;
  * - page tables and DMA mappings are recycled most recently freed first, as
  *   a slab recycles them on a kernel without KASAN's quarantine, and a call
  *   that names one recycled while it waited is reported (client_errors).
@@ -55,6 +60,9 @@
 #define GPU_PAGE_SIZE BIT_ULL(GPU_PAGE_SHIFT)
 #define GPU_PAGE_MASK (~(GPU_PAGE_SIZE - 1))
 #define NVSIM_VA_BASE 0x200000000ULL	/* first GPU virtual address handed out */
+#define NVSIM_VMM_VA_BASE 0x10000000000ULL	/* first reserved VMM range (1 TiB) */
+#define NVSIM_POOL_BLOCK (2ULL << 20)	/* pool block of sub-allocations */
+#define NVSIM_SUB_ALIGN 256		/* cudaMalloc's alignment guarantee */
 #define NVSIM_PAGE_STRIDE 7		/* consecutive GPU pages are not contiguous in the BAR */
 #define NVSIM_POISON 0x6b
 
@@ -62,6 +70,11 @@ static unsigned int page_table_version = 0x00020000;
 module_param(page_table_version, uint, 0444);
 MODULE_PARM_DESC(page_table_version,
 		 "Page-table version to hand out: 0x00010002 (drivers up to 570), 0x00020000 (580+), or 0x00030000 (a future major, to test clients' version checks)");
+
+static bool coherent;
+module_param(coherent, bool, 0444);
+MODULE_PARM_DESC(coherent,
+		 "Simulate a cache-coherent platform: 2.x tables carry CPU_CACHEABLE and pins use no BAR1, unless persistent with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING (default 0)");
 
 static unsigned int pin_cost_us = 100;
 module_param(pin_cost_us, uint, 0644);
@@ -103,10 +116,12 @@ static struct {
 	u64 bar1_used, callbacks_fired, get_pages_calls, get_pages_failed;
 	u64 dma_map_calls, faults_injected, put_pages_wrong_process;
 	u64 freed_page_writes;
-	u64 buffer_id_next;
+	u64 buffer_id_next, vmm_handle_next;
+	u64 vmm_reservations_live, vmm_handles_live, suballocations_live;
+	u64 persistent_flags_last, put_persistent_flags_last, force_bar1_pins;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
-} st = { .buffer_id_next = 1 };
+} st = { .buffer_id_next = 1, .vmm_handle_next = 1 };
 
 /* A process's GPU virtual address space. */
 struct nvsim_space {
@@ -115,6 +130,36 @@ struct nvsim_space {
 	u64 p2p_token;
 	u32 va_space;
 	struct list_head allocs;	/* sorted by va */
+	struct list_head reserves;	/* VMM reservations, sorted by va */
+};
+
+/* A VMM reservation (cuMemAddressReserve): VA only. */
+struct nvsim_reserve {
+	struct list_head node;		/* in space->reserves */
+	struct list_head file_node;	/* in owner->reserves */
+	struct nvsim_space *space;
+	u64 va, size;
+};
+
+/*
+ * A VMM physical allocation (cuMemCreate). Its pages live while the handle
+ * is not released or a mapping (an nvsim_alloc, live or held by persistent
+ * pins) uses them.
+ */
+struct nvsim_phys {
+	struct list_head file_node;	/* in owner->phys until released */
+	struct list_head all_node;	/* in nvsim_all_phys until freed */
+	u64 handle, size;
+	u32 npages;
+	u32 *pages;
+	unsigned int refs;		/* the handle + each mapping */
+};
+
+/* A buffer carved from a pool block (small cuMemAlloc). */
+struct nvsim_sub {
+	struct list_head node;		/* in block->subs, sorted by va */
+	u64 va, size, buffer_id;
+	bool sync_memops;
 };
 
 struct nvsim_file;
@@ -129,6 +174,9 @@ struct nvsim_alloc {
 	u32 npages;
 	u32 *pages;			/* BAR page of each GPU page */
 	bool sync_memops;
+	bool pool;			/* a pool block: buffers are in subs */
+	struct list_head subs;
+	struct nvsim_phys *phys;	/* a VMM mapping: pages are phys's */
 	struct list_head pins;
 };
 
@@ -162,6 +210,7 @@ struct nvsim_pin {
 	u32 first, count;		/* GPU pages of alloc */
 	pid_t tgid;
 	bool persistent;
+	bool bar1;			/* mapped through BAR1 (not a coherent pin) */
 	void (*free_callback)(void *data);
 	void *data;
 	struct list_head maps;
@@ -175,11 +224,14 @@ struct nvsim_map {
 
 struct nvsim_file {
 	struct list_head allocs;
+	struct list_head reserves;
+	struct list_head phys;
 };
 
 static LIST_HEAD(nvsim_spaces);
 static LIST_HEAD(nvsim_zombies);	/* freed, still held by persistent pins */
 static LIST_HEAD(nvsim_all_allocs);
+static LIST_HEAD(nvsim_all_phys);
 static DEFINE_HASHTABLE(nvsim_pins, 12);
 /*
  * nvsim_pins and every pin's maps list change under both nvsim_lock and
@@ -274,22 +326,45 @@ static struct nvsim_alloc *nvsim_find(struct nvsim_space *s, u64 va, u64 len)
 	return NULL;
 }
 
-static struct nvsim_alloc *nvsim_find_by_id(u64 buffer_id)
+/* The live allocation with @buffer_id, or the pool block of the buffer with it (*subp). */
+static struct nvsim_alloc *nvsim_find_by_id(u64 buffer_id, struct nvsim_sub **subp)
 {
 	struct nvsim_alloc *a;
+	struct nvsim_sub *sub;
 
-	list_for_each_entry(a, &nvsim_all_allocs, all_node)
+	*subp = NULL;
+	list_for_each_entry(a, &nvsim_all_allocs, all_node) {
 		if (a->buffer_id == buffer_id)
 			return a;
+		list_for_each_entry(sub, &a->subs, node) {
+			if (sub->buffer_id == buffer_id) {
+				*subp = sub;
+				return a;
+			}
+		}
+	}
 	return NULL;
 }
 
-/* The calling process's allocation whose requested size covers @va, or NULL. */
-static struct nvsim_alloc *nvsim_caller_alloc(u64 va)
+/*
+ * The calling process's allocation whose requested size covers @va, or NULL;
+ * in a pool block, only where a buffer covers @va, returned in *subp.
+ */
+static struct nvsim_alloc *nvsim_caller_alloc(u64 va, struct nvsim_sub **subp)
 {
 	struct nvsim_alloc *a = nvsim_find(nvsim_space_by_tgid(current->tgid), va, 1);
+	struct nvsim_sub *sub;
 
-	return a && va < a->va + a->size ? a : NULL;
+	*subp = NULL;
+	if (!a || !a->pool)
+		return a && va < a->va + a->size ? a : NULL;
+	list_for_each_entry(sub, &a->subs, node) {
+		if (va >= sub->va && va < sub->va + sub->size) {
+			*subp = sub;
+			return a;
+		}
+	}
+	return NULL;
 }
 
 static dma_addr_t nvsim_page_bus(u32 bar_page)
@@ -447,7 +522,8 @@ static void nvsim_table_put(struct nvidia_p2p_page_table *pt)
 	nvsim_obj_put(&t->obj, &nvsim_free_tables, sizeof(*t));
 }
 
-static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u32 first, u32 count)
+static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u32 first, u32 count,
+						      bool bar1)
 {
 	struct nvidia_p2p_page_table *pt = NULL;
 	struct nvidia_p2p_page *pages;
@@ -473,8 +549,18 @@ static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u3
 	pt->page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
 	pt->entries = count;
 	pt->gpu_uuid = nvsim_gpu_uuid;
+	/*
+	 * A coherent pin carries the memory's CPU physical address (the same
+	 * as the bus address in the guest) and CPU_CACHEABLE; 1.x tables have
+	 * no flags word.
+	 */
+	if (page_table_version >> 16 >= 2 && !bar1)
+		pt->flags = NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE;
 	for (i = 0; i < count; i++) {
-		pages[i].physical_address = nvsim_page_bus(a->pages[first + i]);
+		u32 bar_page = a->pages[first + i];
+
+		pages[i].physical_address = bar1 ? nvsim_page_bus(bar_page) :
+			gpu.bar_phys + ((phys_addr_t)bar_page << GPU_PAGE_SHIFT);
 		pt->pages[i] = &pages[i];
 	}
 	return pt;
@@ -505,7 +591,8 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
 	spin_unlock(&nvsim_map_lock);
 	list_for_each_entry_safe(map, next, &maps, node)
 		nvsim_unmap_one(map);
-	nvsim_bar1_put(pin->alloc, pin->first, pin->count);
+	if (pin->bar1)
+		nvsim_bar1_put(pin->alloc, pin->first, pin->count);
 	list_del(&pin->node);
 	nvsim_table_free(pin->pt);
 	if (pin->persistent)
@@ -552,18 +639,59 @@ static void nvsim_check_poison(u32 bar_page)
 	}
 }
 
-static void nvsim_alloc_destroy(struct nvsim_alloc *a)
+static void nvsim_pages_free(u32 *pages, u32 npages)
 {
 	u32 i;
 
-	for (i = 0; i < a->npages; i++) {
-		nvsim_poison(a->pages[i]);
-		clear_bit(a->pages[i], gpu.used);
+	for (i = 0; i < npages; i++) {
+		nvsim_poison(pages[i]);
+		clear_bit(pages[i], gpu.used);
+	}
+	kfree(pages);
+}
+
+/* Drops a reference to a VMM physical allocation; the last one frees its pages. */
+static void nvsim_phys_put(struct nvsim_phys *phys)
+{
+	lockdep_assert_held(&nvsim_lock);
+	if (--phys->refs)
+		return;
+	nvsim_pages_free(phys->pages, phys->npages);
+	list_del(&phys->all_node);
+	kfree(phys);
+	st.vmm_handles_live--;
+}
+
+static void nvsim_alloc_destroy(struct nvsim_alloc *a)
+{
+	struct nvsim_sub *sub, *next;
+
+	if (a->phys)
+		nvsim_phys_put(a->phys);
+	else
+		nvsim_pages_free(a->pages, a->npages);
+	list_for_each_entry_safe(sub, next, &a->subs, node) {
+		kfree(sub);
+		st.suballocations_live--;
 	}
 	list_del(&a->node);
-	kfree(a->pages);
 	kfree(a);
 	st.allocations_live--;
+}
+
+static void nvsim_space_put_if_empty(struct nvsim_space *s)
+{
+	if (s && list_empty(&s->allocs) && list_empty(&s->reserves)) {
+		list_del(&s->node);
+		kfree(s);
+	}
+}
+
+static void nvsim_fire_callback(struct nvsim_pin *pin)
+{
+	pin->free_callback(pin->data);
+	st.callbacks_fired++;
+	nvsim_pin_release(pin);
 }
 
 /*
@@ -577,13 +705,9 @@ static void nvsim_free_alloc(struct nvsim_alloc *a)
 	struct nvsim_space *s = a->space;
 
 	lockdep_assert_held(&nvsim_lock);
-	list_for_each_entry_safe(pin, next, &a->pins, node) {
-		if (pin->persistent)
-			continue;
-		pin->free_callback(pin->data);
-		st.callbacks_fired++;
-		nvsim_pin_release(pin);
-	}
+	list_for_each_entry_safe(pin, next, &a->pins, node)
+		if (!pin->persistent)
+			nvsim_fire_callback(pin);
 	list_del(&a->file_node);
 	list_del(&a->all_node);
 	a->space = NULL;
@@ -592,10 +716,54 @@ static void nvsim_free_alloc(struct nvsim_alloc *a)
 		nvsim_alloc_destroy(a);
 	else
 		list_move(&a->node, &nvsim_zombies);
-	if (s && list_empty(&s->allocs)) {
-		list_del(&s->node);
-		kfree(s);
+	nvsim_space_put_if_empty(s);
+}
+
+static u64 nvsim_pin_va(struct nvsim_pin *pin)
+{
+	return pin->alloc->va + ((u64)pin->first << GPU_PAGE_SHIFT);
+}
+
+/*
+ * Frees buffer @sub of pool block @a as cuMemFree does: the free callbacks
+ * of the pins over the 64 KiB pages the buffer occupied fire, and the block
+ * goes (with every pin over it) when its last buffer does. The freed bytes
+ * are not poisoned: the pages stay in use by the block.
+ */
+static void nvsim_free_sub(struct nvsim_alloc *a, struct nvsim_sub *sub)
+{
+	u64 lo = round_down(sub->va, GPU_PAGE_SIZE);
+	u64 hi = round_up(sub->va + sub->size, GPU_PAGE_SIZE);
+	struct nvsim_pin *pin, *next;
+
+	lockdep_assert_held(&nvsim_lock);
+	list_del(&sub->node);
+	kfree(sub);
+	st.suballocations_live--;
+	if (list_empty(&a->subs)) {
+		nvsim_free_alloc(a);
+		return;
 	}
+	list_for_each_entry_safe(pin, next, &a->pins, node) {
+		u64 va = nvsim_pin_va(pin);
+
+		if (!pin->persistent && va < hi &&
+		    va + ((u64)pin->count << GPU_PAGE_SHIFT) > lo)
+			nvsim_fire_callback(pin);
+	}
+}
+
+/* Frees what debugfs names by @buffer_id: an allocation or a pool block's buffer. */
+static bool nvsim_free_by_id(u64 buffer_id)
+{
+	struct nvsim_sub *sub;
+	struct nvsim_alloc *a = nvsim_find_by_id(buffer_id, &sub);
+
+	if (a && sub)
+		nvsim_free_sub(a, sub);
+	else if (a)
+		nvsim_free_alloc(a);
+	return a;
 }
 
 static struct workqueue_struct *nvsim_wq;
@@ -605,13 +773,10 @@ static void nvsim_delayed_free_fn(struct work_struct *work)
 {
 	struct nvsim_delayed_free *df =
 		container_of(to_delayed_work(work), struct nvsim_delayed_free, work);
-	struct nvsim_alloc *a;
 
 	mutex_lock(&nvsim_lock);
 	list_del(&df->node);
-	a = nvsim_find_by_id(df->buffer_id);
-	if (a)
-		nvsim_free_alloc(a);
+	nvsim_free_by_id(df->buffer_id);
 	mutex_unlock(&nvsim_lock);
 	kfree(df);
 }
@@ -630,11 +795,26 @@ static void nvsim_schedule_free(u64 buffer_id, unsigned int delay_us)
 	queue_delayed_work(nvsim_wq, &df->work, usecs_to_jiffies(delay_us));
 }
 
+/* Whether @pin covers allocation @buffer_id, or a pool block's buffer with it. */
+static bool nvsim_pin_has_id(struct nvsim_pin *pin, u64 buffer_id)
+{
+	u64 lo = nvsim_pin_va(pin), hi = lo + ((u64)pin->count << GPU_PAGE_SHIFT);
+	struct nvsim_sub *sub;
+
+	if (pin->alloc->buffer_id == buffer_id)
+		return true;
+	list_for_each_entry(sub, &pin->alloc->subs, node)
+		if (sub->buffer_id == buffer_id)
+			return sub->va < hi && sub->va + sub->size > lo;
+	return false;
+}
+
 static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 			   struct nvidia_p2p_page_table **page_table,
 			   void (*free_callback)(void *data), void *data,
-			   bool persistent)
+			   bool persistent, bool force_bar1)
 {
+	bool bar1 = !coherent || force_bar1;
 	struct nvsim_space *s;
 	struct nvsim_alloc *a;
 	struct nvsim_pin *pin;
@@ -663,18 +843,20 @@ static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	else
 		s = nvsim_space_by_tgid(current->tgid);
 	a = nvsim_find(s, va, len);
-	if (!a)
+	/* Tokens are not supported for cuMemCreate memory. */
+	if (!a || (p2p_token && a->phys))
 		goto out;
 	first = (va - a->va) >> GPU_PAGE_SHIFT;
 	count = len >> GPU_PAGE_SHIFT;
 
 	ret = -ENOMEM;
-	if (st.bar1_used + nvsim_bar1_new_bytes(a, first, count) + bar1_reserve > gpu.bar1_size)
+	if (bar1 &&
+	    st.bar1_used + nvsim_bar1_new_bytes(a, first, count) + bar1_reserve > gpu.bar1_size)
 		goto out;
 	pin = kzalloc_obj(*pin, GFP_KERNEL);
 	if (!pin)
 		goto out;
-	pin->pt = nvsim_table_alloc(a, first, count);
+	pin->pt = nvsim_table_alloc(a, first, count, bar1);
 	if (!pin->pt) {
 		kfree(pin);
 		goto out;
@@ -687,6 +869,7 @@ static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	pin->count = count;
 	pin->tgid = current->tgid;
 	pin->persistent = persistent;
+	pin->bar1 = bar1;
 	pin->free_callback = free_callback;
 	pin->data = data;
 	INIT_LIST_HEAD(&pin->maps);
@@ -694,17 +877,20 @@ static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	spin_lock(&nvsim_map_lock);
 	hash_add(nvsim_pins, &pin->hash, (unsigned long)pin->pt);
 	spin_unlock(&nvsim_map_lock);
-	nvsim_bar1_get(a, first, count);
+	if (bar1)
+		nvsim_bar1_get(a, first, count);
 	if (persistent)
 		st.persistent_pins_live++;
 	else
 		st.pins_live++;
+	if (force_bar1)
+		st.force_bar1_pins++;
 	*page_table = pin->pt;
 	ret = 0;
 
-	if (free_on_pin.buffer_id == a->buffer_id) {
+	if (free_on_pin.buffer_id && nvsim_pin_has_id(pin, free_on_pin.buffer_id)) {
+		nvsim_schedule_free(free_on_pin.buffer_id, free_on_pin.delay_us);
 		free_on_pin.buffer_id = 0;
-		nvsim_schedule_free(a->buffer_id, free_on_pin.delay_us);
 	}
 out:
 	if (ret)
@@ -718,7 +904,7 @@ int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 void (*free_callback)(void *data), void *data)
 {
 	return nvsim_get_pages(p2p_token, va_space, virtual_address, length,
-			       page_table, free_callback, data, false);
+			       page_table, free_callback, data, false, false);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages);
 
@@ -726,10 +912,12 @@ int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 				    struct nvidia_p2p_page_table **page_table,
 				    u32 flags)
 {
-	if (flags)
+	/* Recorded for the tests (stats: persistent_flags_last), whatever the outcome. */
+	WRITE_ONCE(st.persistent_flags_last, flags);
+	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
 		return -EINVAL;
-	return nvsim_get_pages(0, 0, virtual_address, length, page_table,
-			       NULL, NULL, true);
+	return nvsim_get_pages(0, 0, virtual_address, length, page_table, NULL, NULL,
+			       true, flags & NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
 
@@ -758,11 +946,6 @@ static void nvsim_pin_put(struct nvsim_pin *pin)
 	nvsim_pin_release(pin);
 	if (!a->space && list_empty(&a->pins))
 		nvsim_alloc_destroy(a);	/* freed earlier, held only by this pin */
-}
-
-static u64 nvsim_pin_va(struct nvsim_pin *pin)
-{
-	return pin->alloc->va + ((u64)pin->first << GPU_PAGE_SHIFT);
 }
 
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
@@ -813,9 +996,12 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 	struct nvsim_pin *pin;
 	int ret = -EINVAL;
 
+	WRITE_ONCE(st.put_persistent_flags_last, flags);
+	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
+		return -EINVAL;
 	mutex_lock(&nvsim_lock);
 	pin = nvsim_pin_by_table(page_table);
-	if (pin && pin->persistent && !flags) {
+	if (pin && pin->persistent) {
 		nvsim_pin_put(pin);
 		ret = 0;
 	} else {
@@ -966,12 +1152,13 @@ static struct nvsim_space *nvsim_space_get(pid_t tgid)
 	s->p2p_token = get_random_u64() | 1;	/* randomised, never 0 */
 	s->va_space = get_random_u32();
 	INIT_LIST_HEAD(&s->allocs);
+	INIT_LIST_HEAD(&s->reserves);
 	list_add(&s->node, &nvsim_spaces);
 	return s;
 }
 
 /* First fit in @s from NVSIM_VA_BASE: a freed range is handed out again. */
-static struct list_head *nvsim_va_fit(struct nvsim_space *s, u64 bytes, u64 *va)
+static u64 nvsim_va_fit(struct nvsim_space *s, u64 bytes)
 {
 	struct nvsim_alloc *a;
 	u64 cand = NVSIM_VA_BASE;
@@ -981,83 +1168,187 @@ static struct list_head *nvsim_va_fit(struct nvsim_space *s, u64 bytes, u64 *va)
 			break;
 		cand = a->va + ((u64)a->npages << GPU_PAGE_SHIFT);
 	}
-	*va = cand;
-	return &a->node;	/* insert before this one (or at the tail) */
+	return cand;
 }
 
-static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __user *uarg)
+/* Whether an allocation of @s overlaps [va, va + len). */
+static bool nvsim_va_used(struct nvsim_space *s, u64 va, u64 len)
 {
-	struct nvsim_alloc_args req;
-	struct nvsim_space *s;
 	struct nvsim_alloc *a;
-	struct list_head *pos;
-	u64 npages;
-	u32 i, p;
-	int ret;
 
-	if (copy_from_user(&req, uarg, sizeof(req)))
-		return -EFAULT;
-	npages = DIV_ROUND_UP_ULL(req.size, GPU_PAGE_SIZE);
-	if (!req.size || npages > U32_MAX)
-		return -EINVAL;
+	list_for_each_entry(a, &s->allocs, node)
+		if (a->va < va + len && a->va + ((u64)a->npages << GPU_PAGE_SHIFT) > va)
+			return true;
+	return false;
+}
 
-	mutex_lock(&nvsim_lock);
-	ret = -ENODEV;
+/* Takes @npages free GPU pages, NVSIM_PAGE_STRIDE BAR pages apart, into *pagesp. */
+static int nvsim_pages_take(u32 **pagesp, u64 npages)
+{
+	u32 *pages, i, p;
+
+	lockdep_assert_held(&nvsim_lock);
 	if (!gpu.pdev)
-		goto out;
-	ret = -ENOMEM;
+		return -ENODEV;
 	if (npages > gpu.npages - bitmap_weight(gpu.used, gpu.npages))
-		goto out;
-	s = nvsim_space_get(current->tgid);
-	if (!s)
-		goto out;
-	a = kzalloc_obj(*a, GFP_KERNEL);
-	if (a)
-		a->pages = kcalloc(npages, sizeof(*a->pages), GFP_KERNEL);
-	if (!a || !a->pages) {
-		if (a)
-			kfree(a->pages);
-		kfree(a);
-		if (list_empty(&s->allocs)) {
-			list_del(&s->node);
-			kfree(s);
-		}
-		goto out;
-	}
-	/* Consecutive GPU pages land NVSIM_PAGE_STRIDE BAR pages apart. */
+		return -ENOMEM;
+	pages = kcalloc(npages, sizeof(*pages), GFP_KERNEL);
+	if (!pages)
+		return -ENOMEM;
 	for (i = 0, p = gpu.cursor; i < npages; i++) {
 		while (test_bit(p, gpu.used))
 			p = (p + 1) % gpu.npages;
 		set_bit(p, gpu.used);
 		if (test_and_clear_bit(p, gpu.poisoned))
 			nvsim_check_poison(p);
-		a->pages[i] = p;
+		pages[i] = p;
 		p = (p + NVSIM_PAGE_STRIDE) % gpu.npages;
 	}
 	gpu.cursor = p;
-	a->npages = npages;
-	a->size = req.size;
+	*pagesp = pages;
+	return 0;
+}
+
+/* Gives @a (its va set) a buffer id and links it into @s, in va order, and @f. */
+static void nvsim_alloc_insert(struct nvsim_file *f, struct nvsim_space *s, struct nvsim_alloc *a)
+{
+	struct nvsim_alloc *b;
+
 	a->buffer_id = st.buffer_id_next++;
 	a->space = s;
 	a->owner = f;
 	INIT_LIST_HEAD(&a->pins);
-	pos = nvsim_va_fit(s, npages << GPU_PAGE_SHIFT, &a->va);
-	list_add_tail(&a->node, pos);
+	INIT_LIST_HEAD(&a->subs);
+	list_for_each_entry(b, &s->allocs, node)
+		if (b->va > a->va)
+			break;
+	list_add_tail(&a->node, &b->node);
 	list_add(&a->file_node, &f->allocs);
 	list_add(&a->all_node, &nvsim_all_allocs);
 	st.allocations_live++;
-	req.va = a->va;
-	req.buffer_id = a->buffer_id;
-	ret = 0;
-out:
+}
+
+/* A new allocation of @size bytes for the calling process, owned by @f, or an ERR_PTR. */
+static struct nvsim_alloc *nvsim_alloc_new(struct nvsim_file *f, u64 size)
+{
+	u64 npages = DIV_ROUND_UP_ULL(size, GPU_PAGE_SIZE);
+	struct nvsim_space *s;
+	struct nvsim_alloc *a;
+	int ret;
+
+	lockdep_assert_held(&nvsim_lock);
+	if (!gpu.pdev)
+		return ERR_PTR(-ENODEV);
+	s = nvsim_space_get(current->tgid);
+	if (!s)
+		return ERR_PTR(-ENOMEM);
+	a = kzalloc_obj(*a, GFP_KERNEL);
+	ret = a ? nvsim_pages_take(&a->pages, npages) : -ENOMEM;
+	if (ret) {
+		kfree(a);
+		nvsim_space_put_if_empty(s);
+		return ERR_PTR(ret);
+	}
+	a->npages = npages;
+	a->size = size;
+	a->va = nvsim_va_fit(s, npages << GPU_PAGE_SHIFT);
+	nvsim_alloc_insert(f, s, a);
+	return a;
+}
+
+/* The first 256-byte aligned gap of @need bytes in pool block @a (0: none); *pos: before it. */
+static u64 nvsim_sub_fit(struct nvsim_alloc *a, u64 need, struct list_head **pos)
+{
+	struct nvsim_sub *sub;
+	u64 cand = a->va;
+
+	list_for_each_entry(sub, &a->subs, node) {
+		if (cand + need <= sub->va)
+			break;
+		cand = round_up(sub->va + sub->size, NVSIM_SUB_ALIGN);
+	}
+	*pos = &sub->node;
+	return cand + need <= a->va + a->size ? cand : 0;
+}
+
+/* Carves a buffer from the first of @f's pool blocks with room, or from a new block. */
+static int nvsim_sub_alloc(struct nvsim_file *f, struct nvsim_alloc_args *req)
+{
+	struct nvsim_space *s = nvsim_space_by_tgid(current->tgid);
+	u64 need = round_up(req->size, NVSIM_SUB_ALIGN), va = 0;
+	struct nvsim_alloc *a = NULL, *b;
+	struct list_head *pos = NULL;
+	struct nvsim_sub *sub;
+
+	sub = kzalloc_obj(*sub, GFP_KERNEL);
+	if (!sub)
+		return -ENOMEM;
+	if (s) {
+		list_for_each_entry(b, &s->allocs, node) {
+			if (b->pool && b->owner == f) {
+				va = nvsim_sub_fit(b, need, &pos);
+				if (va) {
+					a = b;
+					break;
+				}
+			}
+		}
+	}
+	if (!a) {
+		a = nvsim_alloc_new(f, NVSIM_POOL_BLOCK);
+		if (IS_ERR(a)) {
+			kfree(sub);
+			return PTR_ERR(a);
+		}
+		a->pool = true;
+		va = a->va;
+		pos = &a->subs;
+	}
+	sub->va = va;
+	sub->size = req->size;
+	sub->buffer_id = st.buffer_id_next++;
+	list_add_tail(&sub->node, pos);
+	st.suballocations_live++;
+	req->va = va;
+	req->buffer_id = sub->buffer_id;
+	return 0;
+}
+
+static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __user *uarg)
+{
+	struct nvsim_alloc_args req;
+	struct nvsim_alloc *a;
+	int ret = 0;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (!req.size || DIV_ROUND_UP_ULL(req.size, GPU_PAGE_SIZE) > U32_MAX || req.pad ||
+	    (req.flags & ~NVSIM_ALLOC_SUBALLOC) ||
+	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && req.size >= NVSIM_POOL_BLOCK))
+		return -EINVAL;
+
+	mutex_lock(&nvsim_lock);
+	if (req.flags & NVSIM_ALLOC_SUBALLOC) {
+		ret = nvsim_sub_alloc(f, &req);
+	} else {
+		a = nvsim_alloc_new(f, req.size);
+		if (IS_ERR(a)) {
+			ret = PTR_ERR(a);
+		} else {
+			req.va = a->va;
+			req.buffer_id = a->buffer_id;
+		}
+	}
 	mutex_unlock(&nvsim_lock);
 	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 		ret = -EFAULT;	/* the allocation stays; closing the file frees it */
 	return ret;
 }
 
+/* cuMemFree: an allocation or a pool block's buffer, by its base; not a VMM mapping. */
 static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 {
+	struct nvsim_sub *sub;
 	struct nvsim_alloc *a;
 	u64 va;
 	int ret = -EINVAL;
@@ -1065,8 +1356,11 @@ static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 	if (get_user(va, uarg))
 		return -EFAULT;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_caller_alloc(va);
-	if (a && a->va == va && a->owner == f) {
+	a = nvsim_caller_alloc(va, &sub);
+	if (a && a->owner == f && sub && sub->va == va) {
+		nvsim_free_sub(a, sub);
+		ret = 0;
+	} else if (a && a->owner == f && !sub && !a->phys && a->va == va) {
 		nvsim_free_alloc(a);
 		ret = 0;
 	}
@@ -1077,20 +1371,23 @@ static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 {
 	struct nvsim_query_args q;
+	struct nvsim_sub *sub;
 	struct nvsim_alloc *a;
 	int ret = -EINVAL;
 
 	if (copy_from_user(&q, uarg, sizeof(q)))
 		return -EFAULT;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_caller_alloc(q.va);
+	a = nvsim_caller_alloc(q.va, &sub);
 	if (a) {
-		q.base = a->va;
-		q.size = a->size;
-		q.buffer_id = a->buffer_id;
+		q.base = sub ? sub->va : a->va;
+		q.size = sub ? sub->size : a->size;
+		q.buffer_id = sub ? sub->buffer_id : a->buffer_id;
+		q.sync_memops = sub ? sub->sync_memops : a->sync_memops;
 		q.p2p_token = a->space->p2p_token;
 		q.va_space = a->space->va_space;
-		q.sync_memops = a->sync_memops;
+		q.flags = (sub ? NVSIM_QUERY_SUBALLOC : 0) | (a->phys ? NVSIM_QUERY_VMM : 0);
+		q.pad = 0;
 		ret = 0;
 	}
 	mutex_unlock(&nvsim_lock);
@@ -1102,6 +1399,7 @@ static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 static int nvsim_ioctl_sync_memops(struct nvsim_sync_memops_args __user *uarg)
 {
 	struct nvsim_sync_memops_args req;
+	struct nvsim_sub *sub;
 	struct nvsim_alloc *a;
 	int ret = -EINVAL;
 
@@ -1110,11 +1408,264 @@ static int nvsim_ioctl_sync_memops(struct nvsim_sync_memops_args __user *uarg)
 	if (req.value > 1 || req.pad)
 		return -EINVAL;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_caller_alloc(req.va);
-	if (a) {
+	a = nvsim_caller_alloc(req.va, &sub);
+	if (sub)
+		sub->sync_memops = req.value;
+	else if (a)
 		a->sync_memops = req.value;
+	ret = a ? 0 : -EINVAL;
+	mutex_unlock(&nvsim_lock);
+	return ret;
+}
+
+/* --- VMM: reservations, physical allocations, mappings ---------------------- */
+
+static bool nvsim_vmm_size_ok(u64 size)
+{
+	return size && !(size % NVSIM_VMM_GRANULARITY) && size <= (1ULL << 40);
+}
+
+static void nvsim_reserve_free(struct nvsim_reserve *r)
+{
+	list_del(&r->node);
+	list_del(&r->file_node);
+	nvsim_space_put_if_empty(r->space);
+	kfree(r);
+	st.vmm_reservations_live--;
+}
+
+/* cuMemAddressReserve: first fit from NVSIM_VMM_VA_BASE, granularity-aligned. */
+static int nvsim_ioctl_vmm_reserve(struct nvsim_file *f,
+				   struct nvsim_vmm_reserve_args __user *uarg)
+{
+	struct nvsim_vmm_reserve_args req;
+	struct nvsim_reserve *r, *o;
+	struct nvsim_space *s;
+	u64 cand = NVSIM_VMM_VA_BASE;
+	int ret = -ENOMEM;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (!nvsim_vmm_size_ok(req.size))
+		return -EINVAL;
+	r = kzalloc_obj(*r, GFP_KERNEL);
+	if (!r)
+		return -ENOMEM;
+	mutex_lock(&nvsim_lock);
+	s = nvsim_space_get(current->tgid);
+	if (!s) {
+		kfree(r);
+		goto out;
+	}
+	list_for_each_entry(o, &s->reserves, node) {
+		if (cand + req.size <= o->va)
+			break;
+		cand = o->va + o->size;
+	}
+	r->va = cand;
+	r->size = req.size;
+	r->space = s;
+	list_add_tail(&r->node, &o->node);
+	list_add(&r->file_node, &f->reserves);
+	st.vmm_reservations_live++;
+	req.va = r->va;
+	ret = 0;
+out:
+	mutex_unlock(&nvsim_lock);
+	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
+		ret = -EFAULT;	/* the reservation stays; closing the file frees it */
+	return ret;
+}
+
+/* cuMemAddressFree: exactly a reservation of @f, with nothing mapped in it (else -EBUSY). */
+static int nvsim_ioctl_vmm_unreserve(struct nvsim_file *f,
+				     struct nvsim_vmm_range_args __user *uarg)
+{
+	struct nvsim_vmm_range_args req;
+	struct nvsim_reserve *r;
+	int ret = -EINVAL;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	mutex_lock(&nvsim_lock);
+	list_for_each_entry(r, &f->reserves, file_node) {
+		if (r->va != req.va || r->size != req.size)
+			continue;
+		ret = -EBUSY;
+		if (!nvsim_va_used(r->space, r->va, r->size)) {
+			nvsim_reserve_free(r);
+			ret = 0;
+		}
+		break;
+	}
+	mutex_unlock(&nvsim_lock);
+	return ret;
+}
+
+/* cuMemCreate: physical memory, named by a handle, mapped nowhere yet. */
+static int nvsim_ioctl_vmm_create(struct nvsim_file *f,
+				  struct nvsim_vmm_create_args __user *uarg)
+{
+	struct nvsim_vmm_create_args req;
+	struct nvsim_phys *phys;
+	int ret;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (!nvsim_vmm_size_ok(req.size))
+		return -EINVAL;
+	phys = kzalloc_obj(*phys, GFP_KERNEL);
+	if (!phys)
+		return -ENOMEM;
+	mutex_lock(&nvsim_lock);
+	ret = nvsim_pages_take(&phys->pages, req.size >> GPU_PAGE_SHIFT);
+	if (ret) {
+		kfree(phys);
+	} else {
+		phys->npages = req.size >> GPU_PAGE_SHIFT;
+		phys->size = req.size;
+		phys->handle = st.vmm_handle_next++;
+		phys->refs = 1;
+		list_add(&phys->file_node, &f->phys);
+		list_add(&phys->all_node, &nvsim_all_phys);
+		st.vmm_handles_live++;
+		req.handle = phys->handle;
+	}
+	mutex_unlock(&nvsim_lock);
+	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
+		ret = -EFAULT;	/* the allocation stays; closing the file frees it */
+	return ret;
+}
+
+static struct nvsim_phys *nvsim_phys_by_handle(struct nvsim_file *f, u64 handle)
+{
+	struct nvsim_phys *phys;
+
+	list_for_each_entry(phys, &f->phys, file_node)
+		if (phys->handle == handle)
+			return phys;
+	return NULL;
+}
+
+/* Drops the handle's reference on a physical allocation of @f. */
+static void nvsim_phys_release(struct nvsim_phys *phys)
+{
+	list_del(&phys->file_node);
+	nvsim_phys_put(phys);
+}
+
+/* cuMemRelease: the memory goes when its last mapping does. */
+static int nvsim_ioctl_vmm_release(struct nvsim_file *f, u64 __user *uarg)
+{
+	struct nvsim_phys *phys;
+	u64 handle;
+	int ret = -EINVAL;
+
+	if (get_user(handle, uarg))
+		return -EFAULT;
+	mutex_lock(&nvsim_lock);
+	phys = nvsim_phys_by_handle(f, handle);
+	if (phys) {
+		nvsim_phys_release(phys);
 		ret = 0;
 	}
+	mutex_unlock(&nvsim_lock);
+	return ret;
+}
+
+/* The reservation of @s holding [va, va + len), or NULL. */
+static struct nvsim_reserve *nvsim_reserve_find(struct nvsim_space *s, u64 va, u64 len)
+{
+	struct nvsim_reserve *r;
+
+	if (!s)
+		return NULL;
+	list_for_each_entry(r, &s->reserves, node)
+		if (va >= r->va && va + len <= r->va + r->size)
+			return r;
+	return NULL;
+}
+
+/*
+ * cuMemMap: the first @size bytes of a physical allocation at @va, inside a
+ * reservation and over nothing mapped. The mapping is an allocation of its
+ * own (own buffer id), sharing the physical allocation's pages.
+ */
+static int nvsim_ioctl_vmm_map(struct nvsim_file *f, struct nvsim_vmm_map_args __user *uarg)
+{
+	struct nvsim_vmm_map_args req;
+	struct nvsim_phys *phys;
+	struct nvsim_space *s;
+	struct nvsim_alloc *a;
+	int ret = -EINVAL;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (!nvsim_vmm_size_ok(req.size) || req.va % NVSIM_VMM_GRANULARITY)
+		return -EINVAL;
+	a = kzalloc_obj(*a, GFP_KERNEL);
+	if (!a)
+		return -ENOMEM;
+	mutex_lock(&nvsim_lock);
+	phys = nvsim_phys_by_handle(f, req.handle);
+	s = nvsim_space_by_tgid(current->tgid);
+	/* A handle whose memory went with the GPU (nvsim_remove) has no pages. */
+	ret = phys && !phys->npages ? -ENODEV : -EINVAL;
+	if (!phys || !phys->npages || req.size > phys->size ||
+	    !nvsim_reserve_find(s, req.va, req.size) || nvsim_va_used(s, req.va, req.size)) {
+		kfree(a);
+		goto out;
+	}
+	a->va = req.va;
+	a->size = req.size;
+	a->npages = req.size >> GPU_PAGE_SHIFT;
+	a->pages = phys->pages;
+	a->phys = phys;
+	phys->refs++;
+	nvsim_alloc_insert(f, s, a);
+	req.buffer_id = a->buffer_id;
+	ret = 0;
+out:
+	mutex_unlock(&nvsim_lock);
+	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
+		ret = -EFAULT;	/* the mapping stays; closing the file frees it */
+	return ret;
+}
+
+/*
+ * cuMemUnmap: every mapping in [va, va + size), each wholly inside it (at
+ * least one), else -EINVAL. Their pins are called back before it returns.
+ */
+static int nvsim_ioctl_vmm_unmap(struct nvsim_file *f, struct nvsim_vmm_range_args __user *uarg)
+{
+	struct nvsim_vmm_range_args req;
+	struct nvsim_alloc *a, *next;
+	struct nvsim_space *s;
+	int ret = -EINVAL;
+
+	if (copy_from_user(&req, uarg, sizeof(req)))
+		return -EFAULT;
+	if (!req.size || req.va + req.size < req.va)
+		return -EINVAL;
+	mutex_lock(&nvsim_lock);
+	s = nvsim_space_by_tgid(current->tgid);
+	if (!s)
+		goto out;
+	list_for_each_entry(a, &s->allocs, node) {
+		u64 end = a->va + a->size;
+
+		if (a->va >= req.va + req.size || end <= req.va)
+			continue;
+		if (!a->phys || a->owner != f || a->va < req.va || end > req.va + req.size)
+			goto out;
+		ret = 0;
+	}
+	if (ret)
+		goto out;
+	list_for_each_entry_safe(a, next, &s->allocs, node)
+		if (a->va < req.va + req.size && a->va + a->size > req.va)
+			nvsim_free_alloc(a);
+out:
 	mutex_unlock(&nvsim_lock);
 	return ret;
 }
@@ -1133,6 +1684,18 @@ static long nvsim_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return nvsim_ioctl_query(uarg);
 	case NVSIM_IOCTL_SET_SYNC_MEMOPS:
 		return nvsim_ioctl_sync_memops(uarg);
+	case NVSIM_IOCTL_VMM_RESERVE:
+		return nvsim_ioctl_vmm_reserve(f, uarg);
+	case NVSIM_IOCTL_VMM_UNRESERVE:
+		return nvsim_ioctl_vmm_unreserve(f, uarg);
+	case NVSIM_IOCTL_VMM_CREATE:
+		return nvsim_ioctl_vmm_create(f, uarg);
+	case NVSIM_IOCTL_VMM_RELEASE:
+		return nvsim_ioctl_vmm_release(f, uarg);
+	case NVSIM_IOCTL_VMM_MAP:
+		return nvsim_ioctl_vmm_map(f, uarg);
+	case NVSIM_IOCTL_VMM_UNMAP:
+		return nvsim_ioctl_vmm_unmap(f, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -1179,6 +1742,8 @@ static int nvsim_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&f->allocs);
+	INIT_LIST_HEAD(&f->reserves);
+	INIT_LIST_HEAD(&f->phys);
 	file->private_data = f;
 	return 0;
 }
@@ -1187,11 +1752,17 @@ static int nvsim_open(struct inode *inode, struct file *file)
 static int nvsim_release(struct inode *inode, struct file *file)
 {
 	struct nvsim_file *f = file->private_data;
+	struct nvsim_reserve *r, *rnext;
+	struct nvsim_phys *phys, *pnext;
 	struct nvsim_alloc *a, *next;
 
 	mutex_lock(&nvsim_lock);
 	list_for_each_entry_safe(a, next, &f->allocs, file_node)
 		nvsim_free_alloc(a);
+	list_for_each_entry_safe(r, rnext, &f->reserves, file_node)
+		nvsim_reserve_free(r);
+	list_for_each_entry_safe(phys, pnext, &f->phys, file_node)
+		nvsim_phys_release(phys);
 	mutex_unlock(&nvsim_lock);
 	kfree(f);
 	return 0;
@@ -1241,6 +1812,14 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "free_page_table_calls %lld\n", atomic64_read(&st.free_page_table_calls));
 	seq_printf(m, "free_dma_mapping_calls %lld\n", atomic64_read(&st.free_dma_mapping_calls));
 	seq_printf(m, "page_table_version 0x%08x\n", page_table_version);
+	seq_printf(m, "coherent %d\n", coherent);
+	seq_printf(m, "suballocations_live %llu\n", st.suballocations_live);
+	seq_printf(m, "vmm_reservations_live %llu\n", st.vmm_reservations_live);
+	seq_printf(m, "vmm_handles_live %llu\n", st.vmm_handles_live);
+	seq_printf(m, "persistent_flags_last 0x%llx\n", READ_ONCE(st.persistent_flags_last));
+	seq_printf(m, "put_persistent_flags_last 0x%llx\n",
+		   READ_ONCE(st.put_persistent_flags_last));
+	seq_printf(m, "force_bar1_pins %llu\n", st.force_bar1_pins);
 	mutex_unlock(&nvsim_lock);
 	return 0;
 }
@@ -1318,7 +1897,7 @@ static ssize_t nvsim_free_write(struct file *file, const char __user *ubuf,
 				size_t len, loff_t *ppos)
 {
 	unsigned int delay_us = 0;
-	struct nvsim_alloc *a;
+	struct nvsim_sub *sub;
 	char buf[48];
 	ssize_t ret = nvsim_read_line(ubuf, len, buf, sizeof(buf));
 	u64 id;
@@ -1328,13 +1907,12 @@ static ssize_t nvsim_free_write(struct file *file, const char __user *ubuf,
 	if (sscanf(buf, "%llu %u", &id, &delay_us) < 1)
 		return -EINVAL;
 	mutex_lock(&nvsim_lock);
-	a = nvsim_find_by_id(id);
-	if (!a)
+	if (!nvsim_find_by_id(id, &sub))
 		ret = -ENOENT;
 	else if (delay_us)
 		nvsim_schedule_free(id, delay_us);
 	else
-		nvsim_free_alloc(a);
+		nvsim_free_by_id(id);
 	mutex_unlock(&nvsim_lock);
 	return ret;
 }
@@ -1479,6 +2057,7 @@ static void nvsim_remove(struct pci_dev *pdev)
 {
 	struct nvsim_alloc *a, *next;
 	struct nvsim_pin *pin, *pnext;
+	struct nvsim_phys *phys;
 
 	mutex_lock(&nvsim_lock);
 	list_for_each_entry_safe(a, next, &nvsim_all_allocs, all_node)
@@ -1489,6 +2068,12 @@ static void nvsim_remove(struct pci_dev *pdev)
 			atomic64_inc(&st.client_errors);
 			nvsim_pin_put(pin);
 		}
+	}
+	/* Handles not released yet keep no pages: the memory went with the GPU. */
+	list_for_each_entry(phys, &nvsim_all_phys, all_node) {
+		kfree(phys->pages);
+		phys->pages = NULL;
+		phys->npages = 0;
 	}
 	bitmap_free(gpu.used);
 	bitmap_free(gpu.poisoned);
@@ -1521,6 +2106,10 @@ static int __init nvsim_init(void)
 	if (page_table_version != 0x00010002 && page_table_version != 0x00020000 &&
 	    page_table_version != 0x00030000) {
 		pr_err("page_table_version must be 0x00010002, 0x00020000 or 0x00030000\n");
+		return -EINVAL;
+	}
+	if (coherent && page_table_version >> 16 < 2) {
+		pr_err("coherent needs page tables with a flags word (2.0 or later)\n");
 		return -EINVAL;
 	}
 	nvsim_wq = alloc_workqueue("nvsim", WQ_UNBOUND, 0);

@@ -20,7 +20,12 @@ struct nvsim_alloc_args {
 	__u64 size;		/* in: bytes (rounded up to 64 KiB inside) */
 	__u64 va;		/* out: GPU virtual address, 64 KiB aligned */
 	__u64 buffer_id;	/* out: unique in this boot, never reused */
+	__u32 flags;		/* in: NVSIM_ALLOC_* */
+	__u32 pad;		/* in: must be 0 */
 };
+
+/* Sub-allocate from a 2 MiB pool block, 256-byte aligned; size below 2 MiB. */
+#define NVSIM_ALLOC_SUBALLOC	0x1
 
 struct nvsim_query_args {
 	__u64 va;		/* in: any address inside the allocation */
@@ -30,7 +35,12 @@ struct nvsim_query_args {
 	__u64 p2p_token;	/* out: token of the owning VA space */
 	__u32 va_space;		/* out: VA space id of the owning process */
 	__u32 sync_memops;	/* out: 0 or 1 */
+	__u32 flags;		/* out: NVSIM_QUERY_* */
+	__u32 pad;
 };
+
+#define NVSIM_QUERY_SUBALLOC	0x1	/* a buffer inside a pool block */
+#define NVSIM_QUERY_VMM		0x2	/* a VMM mapping (cuMemMap) */
 
 struct nvsim_sync_memops_args {
 	__u64 va;		/* in: any address inside the allocation */
@@ -38,9 +48,43 @@ struct nvsim_sync_memops_args {
 	__u32 pad;		/* in: must be 0 */
 };
 
+/* VMM objects are multiples of this (cuMemGetAllocationGranularity). */
+#define NVSIM_VMM_GRANULARITY	(2ULL << 20)
+
+struct nvsim_vmm_reserve_args {
+	__u64 size;		/* in: multiple of NVSIM_VMM_GRANULARITY */
+	__u64 va;		/* out: start of the reserved range */
+};
+
+struct nvsim_vmm_create_args {
+	__u64 size;		/* in: multiple of NVSIM_VMM_GRANULARITY */
+	__u64 handle;		/* out: names the physical allocation, never 0 */
+};
+
+struct nvsim_vmm_map_args {
+	__u64 va;		/* in: inside one reservation, not mapped yet */
+	__u64 size;		/* in: granularity multiple, at most the allocation's */
+	__u64 handle;		/* in */
+	__u64 buffer_id;	/* out: of the new mapping */
+};
+
+struct nvsim_vmm_range_args {
+	__u64 va;
+	__u64 size;
+};
+
 #define NVSIM_IOCTL_ALLOC		_IOWR(NVSIM_IOCTL_MAGIC, 1, struct nvsim_alloc_args)
 #define NVSIM_IOCTL_FREE		_IOW(NVSIM_IOCTL_MAGIC, 2, __u64)
 #define NVSIM_IOCTL_QUERY		_IOWR(NVSIM_IOCTL_MAGIC, 3, struct nvsim_query_args)
 #define NVSIM_IOCTL_SET_SYNC_MEMOPS	_IOW(NVSIM_IOCTL_MAGIC, 4, struct nvsim_sync_memops_args)
+/* cuMemAddressReserve / cuMemAddressFree (the whole reservation, no mapping left: else -EBUSY) */
+#define NVSIM_IOCTL_VMM_RESERVE		_IOWR(NVSIM_IOCTL_MAGIC, 5, struct nvsim_vmm_reserve_args)
+#define NVSIM_IOCTL_VMM_UNRESERVE	_IOW(NVSIM_IOCTL_MAGIC, 6, struct nvsim_vmm_range_args)
+/* cuMemCreate / cuMemRelease (the memory lives on until its last mapping goes) */
+#define NVSIM_IOCTL_VMM_CREATE		_IOWR(NVSIM_IOCTL_MAGIC, 7, struct nvsim_vmm_create_args)
+#define NVSIM_IOCTL_VMM_RELEASE		_IOW(NVSIM_IOCTL_MAGIC, 8, __u64)
+/* cuMemMap / cuMemUnmap (whole mappings only; fires the free callbacks of their pins) */
+#define NVSIM_IOCTL_VMM_MAP		_IOWR(NVSIM_IOCTL_MAGIC, 9, struct nvsim_vmm_map_args)
+#define NVSIM_IOCTL_VMM_UNMAP		_IOW(NVSIM_IOCTL_MAGIC, 10, struct nvsim_vmm_range_args)
 
 #endif /* _UAPI_NVSIM_H_ */

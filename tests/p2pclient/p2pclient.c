@@ -12,7 +12,7 @@
  *   get_nocb VA LEN              pin with a NULL callback
  *   get_nodata VA LEN            pin with NULL callback data
  *   get_locked VA LEN            pin under client_lock, callback takes client_lock
- *   getp VA LEN                  persistent pin
+ *   getp VA LEN [FLAGS]          persistent pin (FLAGS: of get/put_pages_persistent)
  *   kget VA LEN                  pin from a kthread
  *   put H | putp H               unpin (the return value only)
  *   map H gpu|edu                DMA-map for a peer -> "ok M <addresses>"
@@ -41,6 +41,7 @@ struct p2pclient_pin {
 	struct nvidia_p2p_page_table *pt;
 	u64 va;
 	bool persistent;
+	u32 flags;			/* of a persistent pin */
 	bool takes_lock;		/* the deliberate AB-BA: see get_locked */
 	atomic_t revoked;
 	pid_t cb_pid;
@@ -73,8 +74,11 @@ static int p2pclient_table_str(struct nvidia_p2p_page_table *pt, char *buf, size
 {
 	int n, i;
 
-	n = scnprintf(buf, size, "version=0x%08x page_size=%u entries=%u pa=",
+	n = scnprintf(buf, size, "version=0x%08x page_size=%u entries=%u ",
 		      pt->version, pt->page_size, pt->entries);
+	if (pt->version >> 16 == 2)
+		n += scnprintf(buf + n, size - n, "flags=0x%x ", pt->flags);
+	n += scnprintf(buf + n, size - n, "pa=");
 	for (i = 0; i < pt->entries; i++)
 		n += scnprintf(buf + n, size - n, "%s0x%llx", i ? "," : "",
 			       pt->pages[i]->physical_address);
@@ -122,7 +126,8 @@ static int p2pclient_get(const char *op, u64 va, u64 len, u64 token, u32 va_spac
 		ret = nvidia_p2p_get_pages(0, 0, va, len, &pin->pt, p2pclient_free_callback, pin);
 	} else if (!strcmp(op, "getp")) {
 		pin->persistent = true;
-		ret = nvidia_p2p_get_pages_persistent(va, len, &pin->pt, 0);
+		pin->flags = token;	/* getp VA LEN FLAGS */
+		ret = nvidia_p2p_get_pages_persistent(va, len, &pin->pt, pin->flags);
 	} else {	/* kget */
 		struct p2pclient_kget k = { .pin = pin, .len = len };
 		struct task_struct *t;
@@ -144,7 +149,7 @@ static int p2pclient_get(const char *op, u64 va, u64 len, u64 token, u32 va_spac
 	if (ret) {
 		/* Cannot track it: give it back at once. */
 		if (pin->persistent)
-			nvidia_p2p_put_pages_persistent(va, pin->pt, 0);
+			nvidia_p2p_put_pages_persistent(va, pin->pt, pin->flags);
 		else
 			nvidia_p2p_put_pages(0, 0, va, pin->pt);
 		kfree(pin);
@@ -232,7 +237,7 @@ static int p2pclient_exec(char *cmd, char *out, size_t size)
 	if (!strcmp(op, "put"))
 		return nvidia_p2p_put_pages(0, 0, pin->va, pin->pt);
 	if (!strcmp(op, "putp"))
-		return nvidia_p2p_put_pages_persistent(pin->va, pin->pt, 0);
+		return nvidia_p2p_put_pages_persistent(pin->va, pin->pt, pin->flags);
 	if (!strcmp(op, "map"))
 		return p2pclient_map(pin, arg, out, size);
 	if (!strcmp(op, "unmap")) {
@@ -315,7 +320,7 @@ static void __exit p2pclient_exit(void)
 	debugfs_remove_recursive(client_dir);
 	xa_for_each(&client_pins, id, pin) {
 		if (pin->persistent && !atomic_read(&pin->revoked))
-			nvidia_p2p_put_pages_persistent(pin->va, pin->pt, 0);
+			nvidia_p2p_put_pages_persistent(pin->va, pin->pt, pin->flags);
 		kfree(pin);
 	}
 	xa_destroy(&client_pins);

@@ -14,6 +14,7 @@ pub const CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: c_uint = 41;
 pub const CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: c_uint = 50;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
+pub const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_uint = 102;
 pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: c_uint = 110;
 pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: c_uint = 116;
 pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS: c_uint = 117;
@@ -81,8 +82,9 @@ fn attribute(attr: c_uint, pci: impl FnOnce() -> PciAddress) -> Option<c_int> {
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
         CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING => 1,
         CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED => 1,
-        // nvsim has no VMM (cuMemCreate) allocations to pin.
-        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => 0,
+        // cuMemCreate memory, mapped with cuMemMap, can be pinned (crate::vmm).
+        CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => 1,
+        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => 1,
         // No flush options: this library has neither cuFlushGPUDirectRDMAWrites nor stream
         // memory operations, and needs neither (see WRITES_ORDERING).
         CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS => 0,
@@ -136,8 +138,8 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
 }
 
 /// `cuDeviceGetAttribute`, for the attributes a GPUDirect RDMA program asks about: compute
-/// capability 9.0, unified addressing, GPUDirect RDMA supported (not with VMM allocations,
-/// which nvsim lacks), no flush options and writes ordering OWNER, and the PCI domain, bus
+/// capability 9.0, unified addressing, virtual memory management and GPUDirect RDMA
+/// supported (also on VMM allocations), no flush options and writes ordering OWNER, and the PCI domain, bus
 /// and device of the device nvsim drives (0 where sysfs does not list it). Any other
 /// attribute is `CUDA_ERROR_INVALID_VALUE`, where CUDA knows them all.
 #[no_mangle]
@@ -171,12 +173,13 @@ mod tests {
                 CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
             ],
-            [33, 34, 41, 50, 75, 76, 110, 116, 117, 118]
+            [33, 34, 41, 50, 75, 76, 102, 110, 116, 117, 118]
         );
         assert_eq!(CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER, 100);
     }
@@ -194,7 +197,8 @@ mod tests {
             (76, 0),
             (41, 1),
             (116, 1),
-            (110, 0),
+            (102, 1),
+            (110, 1),
             (117, 0),
             (118, 100),
             (33, 0x3b),
@@ -205,6 +209,7 @@ mod tests {
             assert_eq!(attribute(attr, pci), Some(value), "attribute {attr}");
         }
         let no_pci = || -> PciAddress { panic!("PCI address asked for") };
+        // 119 is MEMPOOL_SUPPORTED_HANDLE_TYPES: not simulated.
         for unknown in [0, 1, 16, 119, 9999, c_uint::MAX] {
             assert_eq!(attribute(unknown, no_pci), None, "attribute {unknown}");
         }

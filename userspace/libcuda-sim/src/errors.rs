@@ -16,6 +16,15 @@ pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
+/// The code for nvsim's answer to an allocation: `CUDA_ERROR_OUT_OF_MEMORY` when it ran out
+/// of memory, `CUDA_ERROR_INVALID_VALUE` for anything else (a size it refused).
+pub(crate) fn alloc_error(e: rustix::io::Errno) -> CUresult {
+    match e {
+        rustix::io::Errno::NOMEM => CUDA_ERROR_OUT_OF_MEMORY,
+        _ => CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
 /// Every code this library returns: (code, `cuGetErrorName`, `cuGetErrorString`).
 const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
     (CUDA_SUCCESS, c"CUDA_SUCCESS", c"no error"),

@@ -14,10 +14,9 @@
 //! 9.0), and one context, current in the threads that made it current.
 //!
 //! The modules follow the driver API's sections: [`context`] (initialisation
-//! and contexts), [`device`], [`memory`], [`pointer`] (pointer attributes) and
-//! [`errors`]. The virtual memory management calls (`cuMemCreate`,
-//! `cuMemMap`, ...) are not simulated: nvsim has no kernel-side support for
-//! them.
+//! and contexts), [`device`], [`memory`], [`vmm`] (virtual memory management:
+//! `cuMemCreate`, `cuMemMap`, ...), [`pointer`] (pointer attributes) and
+//! [`errors`].
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -28,6 +27,7 @@ pub mod device;
 pub mod errors;
 pub mod memory;
 pub mod pointer;
+pub mod vmm;
 
 /// `CUresult`.
 pub type CUresult = c_uint;

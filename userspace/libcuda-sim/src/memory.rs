@@ -91,13 +91,15 @@ enum Span {
     Host(*mut u8),
 }
 
-/// Locates `[ptr, ptr + n)`: inside one live device allocation, or host memory (not null,
-/// and inside one host allocation of this library if it starts in one). Else
+/// Locates `[ptr, ptr + n)`: inside one live device allocation (a VMM mapping only where
+/// `cuMemSetAccess` granted the access, reading or `write`), or host memory (not null, and
+/// inside one host allocation of this library if it starts in one). Else
 /// `CUDA_ERROR_INVALID_VALUE`.
-fn locate(gpu: &nvsim::Gpu, ptr: u64, n: usize) -> Result<Span, CUresult> {
+fn locate(gpu: &nvsim::Gpu, ptr: u64, n: usize, write: bool) -> Result<Span, CUresult> {
     let end = ptr.checked_add(n as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if let Ok(q) = gpu.query(ptr) {
-        return (end <= q.base + q.size)
+        let access = q.flags & nvsim::QUERY_VMM == 0 || crate::vmm::accessible(q.base, write);
+        return (end <= q.base + q.size && access)
             .then_some(Span::Device(ptr))
             .ok_or(CUDA_ERROR_INVALID_VALUE);
     }
@@ -145,11 +147,11 @@ unsafe fn copy_checked(dst: (u64, bool), src: (u64, bool), n: usize) -> CUresult
         if n == 0 {
             return CUDA_SUCCESS;
         }
-        let span = |(p, device): (u64, bool)| match locate(gpu, p, n)? {
+        let span = |(p, device): (u64, bool), write| match locate(gpu, p, n, write)? {
             Span::Host(_) if device => Err(CUDA_ERROR_INVALID_VALUE),
             s => Ok(s),
         };
-        match (span(dst), span(src)) {
+        match (span(dst, true), span(src, false)) {
             // SAFETY: the caller's contract for host memory, forwarded.
             (Ok(d), Ok(s)) => unsafe { copy(gpu, d, s, n) },
             (Err(e), _) | (_, Err(e)) => e,
@@ -157,23 +159,43 @@ unsafe fn copy_checked(dst: (u64, bool), src: (u64, bool), n: usize) -> CUresult
     })
 }
 
-/// `cuMemAlloc_v2`: GPU memory from nvsim, 64 KiB aligned (CUDA aligns to at least 256
-/// bytes; nvsim to its page).
+/// Whether small allocations share pool blocks: yes, unless `LIBCUDA_SIM_SUBALLOC=0`.
+fn suballocate() -> bool {
+    std::env::var_os("LIBCUDA_SIM_SUBALLOC").is_none_or(|v| v != "0")
+}
+
+/// The nvsim allocation flags for a `cuMemAlloc` of `size` bytes: below 2 MiB, a buffer
+/// carved from a shared pool block, as CUDA's allocator carves small allocations.
+fn alloc_flags(size: usize, suballocate: bool) -> u32 {
+    if suballocate && (size as u64) < nvsim::POOL_BLOCK {
+        nvsim::ALLOC_SUBALLOC
+    } else {
+        0
+    }
+}
+
+/// `cuMemAlloc_v2`: GPU memory from nvsim. Below 2 MiB, a buffer 256-byte aligned (CUDA's
+/// guarantee) in a 2 MiB pool block that other small buffers share, so that buffers share
+/// 64 KiB pages (`LIBCUDA_SIM_SUBALLOC=0`: an allocation of its own, 64 KiB aligned); from
+/// 2 MiB up, an allocation of its own, 64 KiB aligned.
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     if size == 0 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    let alloc = |gpu: &nvsim::Gpu| match gpu.alloc(size as u64) {
-        Ok((va, _)) => Ok(va),
-        Err(rustix::io::Errno::NOMEM) => Err(CUDA_ERROR_OUT_OF_MEMORY),
-        Err(_) => Err(CUDA_ERROR_INVALID_VALUE),
+    let flags = alloc_flags(size, suballocate());
+    let alloc = |gpu: &nvsim::Gpu| {
+        gpu.alloc_flags(size as u64, flags)
+            .map(|(va, _)| va)
+            .map_err(alloc_error)
     };
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(dptr, true, alloc) }
 }
 
-/// `cuMemFree_v2`: frees through nvsim, which calls back the nv-p2p pins on it.
+/// `cuMemFree_v2`: frees through nvsim, which calls back the nv-p2p pins on it (for a
+/// buffer of a pool block, the pins over its 64 KiB pages). VMM memory is
+/// `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     with_context(|gpu| match gpu.free(dptr) {
@@ -244,7 +266,7 @@ pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) 
 /// (`CUDA_ERROR_INVALID_VALUE`).
 #[no_mangle]
 pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CUresult {
-    with_context(|gpu| match locate(gpu, dst, n) {
+    with_context(|gpu| match locate(gpu, dst, n, true) {
         Ok(Span::Device(_)) if n == 0 => CUDA_SUCCESS,
         Ok(Span::Device(d)) => match gpu.fill(d, uc, n) {
             Ok(()) => CUDA_SUCCESS,
@@ -368,6 +390,14 @@ mod tests {
             t.insert(0x10000, 100).buffer_id > b.buffer_id,
             "ids are never reused"
         );
+    }
+
+    #[test]
+    fn small_allocations_share_pool_blocks() {
+        assert_eq!(alloc_flags(1, true), nvsim::ALLOC_SUBALLOC);
+        assert_eq!(alloc_flags((2 << 20) - 1, true), nvsim::ALLOC_SUBALLOC);
+        assert_eq!(alloc_flags(2 << 20, true), 0);
+        assert_eq!(alloc_flags(100, false), 0);
     }
 
     #[test]

@@ -89,6 +89,12 @@ unsafe fn write_attribute(
                 }
             }
             CU_POINTER_ATTRIBUTE_P2P_TOKENS if host.is_some() => return CUDA_ERROR_INVALID_VALUE,
+            // Tokens are not supported for cuMemCreate memory.
+            CU_POINTER_ATTRIBUTE_P2P_TOKENS
+                if dev.is_some_and(|q| q.flags & nvsim::QUERY_VMM != 0) =>
+            {
+                return CUDA_ERROR_NOT_SUPPORTED
+            }
             CU_POINTER_ATTRIBUTE_P2P_TOKENS => {
                 let t = data as *mut P2pTokens;
                 (*t).p2p_token = dev.map_or(0, |q| q.p2p_token);
@@ -114,8 +120,8 @@ unsafe fn write_attribute(
     CUDA_SUCCESS
 }
 
-/// `cuPointerGetAttribute`: CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, P2P_TOKENS,
-/// SYNC_MEMOPS, BUFFER_ID (host allocations count from 2^63, clear of nvsim's), IS_MANAGED
+/// `cuPointerGetAttribute`: CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, P2P_TOKENS
+/// (`CUDA_ERROR_NOT_SUPPORTED` for VMM memory), SYNC_MEMOPS, BUFFER_ID (host allocations count from 2^63, clear of nvsim's), IS_MANAGED
 /// (always 0) and DEVICE_ORDINAL. A pointer into nothing this library allocated, or another
 /// attribute, is `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
@@ -230,6 +236,8 @@ mod tests {
             p2p_token: 0xabc,
             va_space: 3,
             sync_memops: 1,
+            flags: 0,
+            pad: 0,
         };
         let dev = Target::Device(q);
         let h = HostAlloc {
@@ -315,6 +323,14 @@ mod tests {
             assert_eq!(
                 write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, 0x5010, &host),
                 CUDA_ERROR_INVALID_VALUE
+            );
+            let vmm = Target::Device(nvsim::QueryArgs {
+                flags: nvsim::QUERY_VMM,
+                ..q
+            });
+            assert_eq!(
+                write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, p, &vmm),
+                CUDA_ERROR_NOT_SUPPORTED
             );
         }
         for unknown in [0, 10, 17, 1000] {

@@ -10,7 +10,9 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 type Res = c_uint;
 const SUCCESS: Res = 0;
 const INVALID_VALUE: Res = 1;
+const INVALID_DEVICE: Res = 101;
 const INVALID_CONTEXT: Res = 201;
+const NOT_SUPPORTED: Res = 801;
 const ATTR_CONTEXT: c_uint = 1;
 const ATTR_MEMORY_TYPE: c_uint = 2;
 const ATTR_P2P_TOKENS: c_uint = 5;
@@ -22,6 +24,40 @@ const MEMORYTYPE_HOST: c_uint = 1;
 const MEMORYTYPE_DEVICE: c_uint = 2;
 const DEV_ATTR_CC_MAJOR: c_uint = 75;
 const DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_uint = 116;
+
+/// `CUmemAllocationProp`: pinned memory on a device.
+#[repr(C)]
+struct Prop {
+    type_: c_uint,
+    handle_types: c_uint,
+    location: [c_int; 2],
+    win32: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+impl Prop {
+    fn device(id: c_int) -> Self {
+        Prop {
+            type_: 1,
+            handle_types: 0,
+            location: [1, id],
+            win32: std::ptr::null_mut(),
+            alloc_flags: [0, 1, 0, 0, 0, 0, 0, 0], // gpuDirectRDMACapable
+        }
+    }
+}
+
+/// `CUmemAccessDesc`: read-write access for device 0.
+#[repr(C)]
+struct AccessDesc {
+    location: [c_int; 2],
+    flags: c_uint,
+}
+
+const ACCESS_RW: AccessDesc = AccessDesc {
+    location: [1, 0],
+    flags: 3,
+};
 
 #[repr(C)]
 #[derive(Default)]
@@ -51,6 +87,14 @@ pub struct Cuda {
     alloc_host: unsafe extern "C" fn(*mut *mut c_void, usize) -> Res,
     free_host: unsafe extern "C" fn(*mut c_void) -> Res,
     error_string: unsafe extern "C" fn(Res, *mut *const c_char) -> Res,
+    granularity: unsafe extern "C" fn(*mut usize, *const Prop, c_uint) -> Res,
+    mem_create: unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> Res,
+    mem_release: unsafe extern "C" fn(u64) -> Res,
+    reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> Res,
+    address_free: unsafe extern "C" fn(u64, usize) -> Res,
+    map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> Res,
+    unmap: unsafe extern "C" fn(u64, usize) -> Res,
+    set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> Res,
 }
 
 macro_rules! sym {
@@ -84,6 +128,14 @@ impl Cuda {
             alloc_host: sym!(lib, b"cuMemAllocHost_v2"),
             free_host: sym!(lib, b"cuMemFreeHost"),
             error_string: sym!(lib, b"cuGetErrorString"),
+            granularity: sym!(lib, b"cuMemGetAllocationGranularity"),
+            mem_create: sym!(lib, b"cuMemCreate"),
+            mem_release: sym!(lib, b"cuMemRelease"),
+            reserve: sym!(lib, b"cuMemAddressReserve"),
+            address_free: sym!(lib, b"cuMemAddressFree"),
+            map: sym!(lib, b"cuMemMap"),
+            unmap: sym!(lib, b"cuMemUnmap"),
+            set_access: sym!(lib, b"cuMemSetAccess"),
             _lib: lib,
         })
     }
@@ -117,6 +169,37 @@ impl Cuda {
         let r = unsafe { (self.get_attr)(&mut id as *mut u64 as *mut c_void, ATTR_BUFFER_ID, p) };
         (r, id)
     }
+
+    fn range(&self, p: u64) -> Result<(u64, usize), Res> {
+        let (mut base, mut len) = (0u64, 0usize);
+        match unsafe { (self.range)(&mut base, &mut len, p) } {
+            SUCCESS => Ok((base, len)),
+            e => Err(e),
+        }
+    }
+
+    fn dtoh(&self, p: u64, n: usize) -> Result<Vec<u8>, Res> {
+        let mut v = vec![0u8; n];
+        match unsafe { (self.dtoh)(v.as_mut_ptr() as *mut c_void, p, n) } {
+            SUCCESS => Ok(v),
+            e => Err(e),
+        }
+    }
+}
+
+/// nvsim's buffer id of what `p` points into.
+fn gpu_query_id(p: u64) -> Result<u64, String> {
+    let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    Ok(gpu.query(p).map_err(harness::errno)?.buffer_id)
+}
+
+/// The state of p2pclient pin `handle` ("revoked=0|1 cb_pid=PID").
+fn pin_state(handle: u32) -> Result<String, String> {
+    client(&format!("state {handle}"))
+}
+
+fn pin_ok(cmd: &str) -> Result<harness::Pin, String> {
+    harness::pin(cmd)?.map_err(|e| format!("{cmd}: error {e}"))
 }
 
 pub fn init_and_device() -> TestResult {
@@ -245,15 +328,7 @@ pub fn p2p_tokens_pin() -> TestResult {
         "P2P_TOKENS",
     )?;
     check!(t.p2p_token != 0, "p2p token 0");
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = std::process::Command::new(exe)
-        .args([
-            "--client",
-            &format!("get {p} 65536 {} {}", t.p2p_token, t.va_space),
-        ])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = crate::in_other_process(&format!("get {p} 65536 {} {}", t.p2p_token, t.va_space))?;
     let handle = harness::parse_pin(&out)
         .and_then(|r| r.ok())
         .ok_or(format!("pin by token: {out}"))?
@@ -340,4 +415,219 @@ pub fn unified_memory() -> TestResult {
     );
     Cuda::ok(unsafe { (cu.free)(a) }, "cuMemFree")?;
     Cuda::ok(unsafe { (cu.free)(b) }, "cuMemFree")
+}
+
+const K64: u64 = 1 << 16;
+const M2: usize = 2 << 20;
+
+/// VMM: granularity, cuMemCreate's checks, reserve + map + access; a pin inside the mapping;
+/// what is written through the BAR is what cuMemcpyDtoH reads, and cuMemsetD8 writes what
+/// the BAR shows; tokens refused; each mapping its own BUFFER_ID and address range;
+/// cuMemUnmap calls the pin back before it returns, and nothing writes the freed pages.
+pub fn vmm_map_pin_unmap() -> TestResult {
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    let prop = Prop::device(0);
+    for option in [0, 1] {
+        let mut g = 0usize;
+        Cuda::ok(
+            unsafe { (cu.granularity)(&mut g, &prop, option) },
+            "cuMemGetAllocationGranularity",
+        )?;
+        check_eq!(g, M2, "granularity");
+    }
+    let mut h = 0u64;
+    check_eq!(
+        unsafe { (cu.mem_create)(&mut h, M2 / 2, &prop, 0) },
+        INVALID_VALUE,
+        "cuMemCreate of half the granularity"
+    );
+    check_eq!(
+        unsafe { (cu.mem_create)(&mut h, M2, &Prop::device(1), 0) },
+        INVALID_DEVICE,
+        "cuMemCreate on device 1"
+    );
+    Cuda::ok(
+        unsafe { (cu.mem_create)(&mut h, 2 * M2, &prop, 0) },
+        "cuMemCreate",
+    )?;
+    let mut r = 0u64;
+    Cuda::ok(
+        unsafe { (cu.reserve)(&mut r, 4 * M2, 0, 0, 0) },
+        "cuMemAddressReserve",
+    )?;
+    check_eq!(r % M2 as u64, 0, "reservation alignment");
+    let p = r + M2 as u64;
+    check_eq!(unsafe { (cu.map)(p, 2 * M2, 0, h, 0) }, SUCCESS, "cuMemMap");
+    check_eq!(
+        unsafe { (cu.map)(p, 2 * M2, 0, h, 0) },
+        INVALID_VALUE,
+        "cuMemMap over a mapping"
+    );
+    check_eq!(
+        cu.dtoh(p, 16).err(),
+        Some(INVALID_VALUE),
+        "copy before cuMemSetAccess"
+    );
+    Cuda::ok(
+        unsafe { (cu.set_access)(p, 2 * M2, &ACCESS_RW, 1) },
+        "cuMemSetAccess",
+    )?;
+    check_eq!(cu.range(p + 100), Ok((p, 2 * M2)), "address range");
+    let (rr, id) = cu.buffer_id(p + 5000);
+    Cuda::ok(rr, "BUFFER_ID")?;
+    check_eq!(
+        gpu_query_id(p)?,
+        id,
+        "the mapping's BUFFER_ID is nvsim's id of the mapping"
+    );
+    let mut t = Tokens::default();
+    check_eq!(
+        unsafe { (cu.get_attr)(&mut t as *mut Tokens as *mut c_void, ATTR_P2P_TOKENS, p) },
+        NOT_SUPPORTED,
+        "P2P_TOKENS of VMM memory"
+    );
+    check_eq!(
+        unsafe { (cu.free)(p) },
+        INVALID_VALUE,
+        "cuMemFree of VMM memory"
+    );
+
+    // A pin inside the mapping; not across its end; not by token.
+    let pin = pin_ok(&format!("get {} {}", p + K64, 2 * K64))?;
+    let end = p + 2 * M2 as u64;
+    match harness::pin(&format!("get {} {}", end - K64, 2 * K64))? {
+        Err(e) => check_eq!(e, -22, "pin across the mapping's end"),
+        Ok(x) => return Err(format!("pinned across the mapping's end: {x:?}")),
+    }
+    let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    let q = gpu.query(p).map_err(harness::errno)?;
+    check_eq!(
+        crate::in_other_process(&format!("get {p} {K64} {} {}", q.p2p_token, q.va_space))?,
+        "err -22",
+        "pin of VMM memory by token"
+    );
+
+    // The BAR and the CUDA copies see the same memory.
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 13 + 1) as u8).collect();
+    gpu.write(p + K64 - 100, &data).map_err(harness::errno)?;
+    check_eq!(
+        cu.dtoh(p + K64 - 100, data.len()),
+        Ok(data.clone()),
+        "cuMemcpyDtoH of what the BAR holds"
+    );
+    Cuda::ok(
+        unsafe { (cu.memset)(p + 3 * K64, 0xc3, 4096) },
+        "cuMemsetD8",
+    )?;
+    check!(
+        gpu.read(p + 3 * K64, 4096).map_err(harness::errno)? == vec![0xc3; 4096],
+        "the BAR does not show what cuMemsetD8 wrote"
+    );
+
+    check_eq!(
+        unsafe { (cu.address_free)(r, 4 * M2) },
+        INVALID_VALUE,
+        "cuMemAddressFree with a mapping in it"
+    );
+    // Released while mapped: the memory lives on until the unmap.
+    Cuda::ok(unsafe { (cu.mem_release)(h) }, "cuMemRelease")?;
+    check_eq!(
+        cu.dtoh(p + K64 - 100, 10),
+        Ok(data[..10].to_vec()),
+        "memory after cuMemRelease"
+    );
+    check_eq!(stat("pins_live")?, 1, "pinned");
+    Cuda::ok(unsafe { (cu.unmap)(p, 2 * M2) }, "cuMemUnmap")?;
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    check_eq!(
+        pin_state(pin.handle)?,
+        format!("revoked=1 cb_pid={tid}"),
+        "callback in cuMemUnmap"
+    );
+    check_eq!(
+        stat("vmm_handles_live")?,
+        0,
+        "memory freed after unmap + release"
+    );
+    check_eq!(cu.buffer_id(p).0, INVALID_VALUE, "BUFFER_ID after unmap");
+    harness::debugfs("check_freed", "1")?;
+    check_eq!(stat("freed_page_writes")?, 0, "writes to freed pages");
+    Cuda::ok(unsafe { (cu.address_free)(r, 4 * M2) }, "cuMemAddressFree")
+}
+
+/// Small cuMemAlloc buffers share a pool block, 256-byte aligned, each with its own
+/// BUFFER_ID and address range; pins over the block succeed; freeing one buffer calls back
+/// the pins over its 64 KiB pages and no other.
+pub fn suballocation() -> TestResult {
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    let (a, b) = (cu.alloc(1000)?, cu.alloc(1000)?);
+    check!(
+        a % 256 == 0 && b % 256 == 0 && a != b,
+        "alignment: {a:#x} {b:#x}"
+    );
+    let page = a & !(K64 - 1);
+    check_eq!(b & !(K64 - 1), page, "the two buffers share a 64 KiB page");
+    let (ra, ida) = cu.buffer_id(a + 10);
+    let (rb, idb) = cu.buffer_id(b);
+    check_eq!((ra, rb), (SUCCESS, SUCCESS), "BUFFER_IDs");
+    check!(ida != idb, "one BUFFER_ID {ida} for two buffers");
+    check_eq!(cu.range(a + 999), Ok((a, 1000)), "range of a");
+    check_eq!(cu.range(b + 1), Ok((b, 1000)), "range of b");
+    if b > a + 1000 {
+        check_eq!(
+            cu.range(a + 1000).err(),
+            Some(INVALID_VALUE),
+            "range between buffers"
+        );
+    }
+    let big = cu.alloc(3 << 20)?;
+    check_eq!(big % K64, 0, "a 3 MiB allocation is 64 KiB aligned");
+    check!(
+        big & !(K64 - 1) != page,
+        "a 3 MiB allocation in the small buffers' page"
+    );
+
+    // Pins over the pool block: the buffers' page, and the block's next page.
+    let over = pin_ok(&format!("get {page} {K64}"))?;
+    let next = pin_ok(&format!("get {} {K64}", page + K64))?;
+    let data = [0x5au8; 1000];
+    Cuda::ok(
+        unsafe { (cu.htod)(b, data.as_ptr() as *const c_void, 1000) },
+        "HtoD",
+    )?;
+    Cuda::ok(unsafe { (cu.free)(a) }, "cuMemFree(a)")?;
+    let tid = rustix::thread::gettid().as_raw_nonzero().get();
+    check_eq!(
+        pin_state(over.handle)?,
+        format!("revoked=1 cb_pid={tid}"),
+        "pin over the freed buffer's page"
+    );
+    check!(
+        pin_state(next.handle)?.starts_with("revoked=0"),
+        "a pin over another page of the block was called back"
+    );
+    check_eq!(
+        cu.buffer_id(a).0,
+        INVALID_VALUE,
+        "BUFFER_ID of the freed buffer"
+    );
+    check_eq!(
+        cu.buffer_id(b),
+        (SUCCESS, idb),
+        "BUFFER_ID of the other buffer"
+    );
+    check_eq!(
+        cu.dtoh(b, 1000),
+        Ok(data.to_vec()),
+        "the other buffer's data"
+    );
+    // The last buffer takes the block, and every pin over it, with it.
+    Cuda::ok(unsafe { (cu.free)(b) }, "cuMemFree(b)")?;
+    check!(
+        pin_state(next.handle)?.starts_with("revoked=1"),
+        "the last free did not call back the block's pins"
+    );
+    Cuda::ok(unsafe { (cu.free)(big) }, "cuMemFree(big)")
 }

@@ -22,7 +22,7 @@ const EIO: i32 = -5;
 const EBUSY: i32 = -16;
 
 /// Runs one p2pclient command in another process (another tgid).
-fn in_other_process(cmd: &str) -> Result<String, String> {
+pub(crate) fn in_other_process(cmd: &str) -> Result<String, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
         .args(["--client", cmd])
@@ -412,7 +412,169 @@ const TESTS: &[Test] = &[
     ("libcuda-sim-memcpy-roundtrip", cuda::memcpy_roundtrip),
     ("libcuda-sim-p2p-tokens-pin", cuda::p2p_tokens_pin),
     ("libcuda-sim-unified-memory", cuda::unified_memory),
+    ("libcuda-sim-vmm-map-pin-unmap", cuda::vmm_map_pin_unmap),
+    ("libcuda-sim-suballocation", cuda::suballocation),
+    (
+        "nvsim-vmm-closing-the-file-frees",
+        vmm_closing_the_file_frees,
+    ),
+    (
+        "nvsim-persistent-flags-force-bar1",
+        persistent_flags_force_bar1,
+    ),
+    (
+        "nvsim-suballocation-debugfs-free",
+        suballocation_debugfs_free,
+    ),
 ];
+
+/// Process exit (the file's close) unmaps VMM memory, calling back its pins; a persistent
+/// pin keeps the physical memory until it is released.
+fn vmm_closing_the_file_frees() -> TestResult {
+    const M2: u64 = 2 << 20;
+    let gpu = Gpu::open().map_err(errno)?;
+    check_eq!(
+        gpu.vmm_create(M2 / 2).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "create below the granularity"
+    );
+    let h = gpu.vmm_create(M2).map_err(errno)?;
+    let r = gpu.vmm_reserve(2 * M2).map_err(errno)?;
+    check_eq!(
+        gpu.vmm_map(r + K64, M2, h).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "map at an unaligned address"
+    );
+    check_eq!(
+        gpu.vmm_map(r + M2, 2 * M2, h).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "map larger than the allocation"
+    );
+    gpu.vmm_map(r, M2, h).map_err(errno)?;
+    check_eq!(
+        gpu.vmm_unmap(r, K64).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "unmap of part of a mapping"
+    );
+    let p = pin_ok(&format!("get {r} {K64}"))?;
+    let pp = pin_ok(&format!("getp {} {K64}", r + K64))?;
+    drop(gpu);
+    check!(
+        client(&format!("state {}", p.handle))?.starts_with("revoked=1"),
+        "closing the file did not call the pin back"
+    );
+    check_eq!(
+        stat("vmm_handles_live")?,
+        1,
+        "memory held by the persistent pin"
+    );
+    check_eq!(stat("vmm_reservations_live")?, 0, "reservations");
+    check_eq!(status(&format!("putp {}", pp.handle))?, 0, "putp");
+    check_eq!(
+        stat("vmm_handles_live")?,
+        0,
+        "memory freed with the persistent pin"
+    );
+    Ok(())
+}
+
+/// get/put_pages_persistent flags: unknown bits -EINVAL; FORCE_BAR1_MAPPING pins through
+/// BAR1 with no CPU_CACHEABLE, also on a coherent platform (nvsim coherent=1), where other
+/// pins get CPU_CACHEABLE tables and no BAR1. nvsim shows the flags it received.
+fn persistent_flags_force_bar1() -> TestResult {
+    const FORCE_BAR1: u32 = 1;
+    let coherent = stat("coherent")? == 1;
+    let v2 = stat("page_table_version")? >> 16 == 2;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    expect_err(&format!("getp {va} {K64} 2"), EINVAL)?;
+    check_eq!(stat("persistent_flags_last")?, 2, "flags nvsim received");
+    let forced_before = stat("force_bar1_pins")?;
+    let forced = pin_ok(&format!("getp {va} {K64} {FORCE_BAR1}"))?;
+    check_eq!(stat("persistent_flags_last")?, 1, "flags nvsim received");
+    check_eq!(
+        stat("force_bar1_pins")?,
+        forced_before + 1,
+        "force_bar1_pins"
+    );
+    check_eq!(forced.flags, 0, "table flags of a FORCE_BAR1 pin");
+    check_eq!(stat("bar1_used")?, K64, "BAR1 of a FORCE_BAR1 pin");
+    let plain = pin_ok(&format!("getp {} {K64}", va + K64))?;
+    let cb = pin_ok(&format!("get {} {K64}", va + K64))?;
+    let cacheable = u32::from(coherent && v2);
+    check_eq!(
+        plain.flags,
+        cacheable,
+        "table flags of a default persistent pin"
+    );
+    check_eq!(cb.flags, cacheable, "table flags of a pin with a callback");
+    check_eq!(
+        stat("bar1_used")?,
+        if coherent { K64 } else { 2 * K64 },
+        "BAR1 of the other pins"
+    );
+    // The BAR1 pin's addresses are the BAR's bus addresses; a coherent pin's, the CPU
+    // physical addresses of the same memory (equal in the guest).
+    check_eq!(plain.pa, cb.pa, "addresses of two pins of one page");
+    check_eq!(status(&format!("put {}", cb.handle))?, 0, "put");
+    check_eq!(status(&format!("putp {}", plain.handle))?, 0, "putp");
+    check_eq!(stat("put_persistent_flags_last")?, 0, "put flags");
+    check_eq!(
+        status(&format!("putp {}", forced.handle))?,
+        0,
+        "putp forced"
+    );
+    check_eq!(stat("put_persistent_flags_last")?, 1, "put flags");
+    Ok(())
+}
+
+/// nvsim's own sub-allocation: debugfs free and free_on_pin name a buffer by its id, and
+/// free it as cuMemFree does; alignment and argument checks.
+fn suballocation_debugfs_free() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let sub = nvsim::ALLOC_SUBALLOC;
+    check_eq!(
+        gpu.alloc_flags(2 << 20, sub).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "a 2 MiB sub-allocation"
+    );
+    check_eq!(
+        gpu.alloc_flags(100, 4).map_err(|e| e.raw_os_error()),
+        Err(22),
+        "unknown allocation flags"
+    );
+    let (a, id_a) = gpu.alloc_flags(300, sub).map_err(errno)?;
+    let (b, id_b) = gpu.alloc_flags(70_000, sub).map_err(errno)?;
+    let (c, _) = gpu.alloc_flags(10, sub).map_err(errno)?;
+    check_eq!((b - a, c - b), (512, 70_144), "256-byte aligned, first fit");
+    let q = gpu.query(b + 69_999).map_err(errno)?;
+    check_eq!(
+        (q.base, q.size, q.buffer_id, q.flags),
+        (b, 70_000, id_b, nvsim::QUERY_SUBALLOC),
+        "query of a buffer"
+    );
+    check!(gpu.query(a + 300).is_err(), "query between buffers");
+    // b lies in pages 0 and 1 of the block, as does c.
+    let p0 = pin_ok(&format!("get {a} {K64}"))?;
+    let p1 = pin_ok(&format!("get {} {K64}", a + K64))?;
+    let p2 = pin_ok(&format!("get {} {K64}", a + 2 * K64))?;
+    debugfs("free", &id_b.to_string())?;
+    for (p, revoked) in [(&p0, 1), (&p1, 1), (&p2, 0)] {
+        check!(
+            client(&format!("state {}", p.handle))?.starts_with(&format!("revoked={revoked}")),
+            "pin {} after freeing b: want revoked={revoked}",
+            p.handle
+        );
+    }
+    check!(gpu.query(b).is_err(), "b is gone");
+    debugfs("free_on_pin", &format!("{id_a} 0"))?;
+    let pa = pin_ok(&format!("get {a} {K64}"))?;
+    wait_revoked(pa.handle, 10)?;
+    check!(gpu.query(a).is_err(), "a is gone");
+    check_eq!(gpu.query(c).map_err(errno)?.base, c, "c is still there");
+    check_eq!(status(&format!("put {}", p2.handle))?, 0, "put");
+    Ok(())
+}
 
 fn injected_fraction_of_failures() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
@@ -473,6 +635,9 @@ fn gpu_gone_is_enodev() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
+    let vmm = nvsim::VMM_GRANULARITY;
+    let handle = gpu.vmm_create(vmm).map_err(errno)?;
+    let reserved = gpu.vmm_reserve(vmm).map_err(errno)?;
     std::fs::write(format!("{DRIVER}/unbind"), &dev).map_err(|e| format!("unbind: {e}"))?;
     let gone = (
         client(&format!("state {}", p.handle)),
@@ -480,6 +645,13 @@ fn gpu_gone_is_enodev() -> TestResult {
         gpu.alloc(K64),
     );
     std::fs::write(format!("{DRIVER}/bind"), &dev).map_err(|e| format!("bind: {e}"))?;
+    // A handle made before the GPU went has no memory on the new one.
+    check_eq!(
+        gpu.vmm_map(reserved, vmm, handle)
+            .map_err(|e| e.raw_os_error()),
+        Err(19),
+        "map of a handle whose GPU went away"
+    );
     check!(
         gone.0?.starts_with("revoked=1"),
         "pin not called back when the GPU went away"

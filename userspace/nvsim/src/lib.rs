@@ -21,7 +21,20 @@ pub struct AllocArgs {
     pub size: u64,
     pub va: u64,
     pub buffer_id: u64,
+    pub flags: u32,
+    pub pad: u32,
 }
+
+/// `NVSIM_ALLOC_SUBALLOC`: carve the buffer from a shared 2 MiB pool block, 256-byte aligned.
+pub const ALLOC_SUBALLOC: u32 = 1;
+/// `NVSIM_QUERY_SUBALLOC`: the pointer lies in a buffer of a pool block.
+pub const QUERY_SUBALLOC: u32 = 1;
+/// `NVSIM_QUERY_VMM`: the pointer lies in a VMM mapping.
+pub const QUERY_VMM: u32 = 2;
+/// `NVSIM_VMM_GRANULARITY`: VMM sizes and mapping addresses are multiples of it.
+pub const VMM_GRANULARITY: u64 = 2 << 20;
+/// Small allocations are sub-allocated below this size (nvsim's pool block).
+pub const POOL_BLOCK: u64 = 2 << 20;
 
 /// `struct nvsim_query_args`.
 #[repr(C)]
@@ -34,6 +47,42 @@ pub struct QueryArgs {
     pub p2p_token: u64,
     pub va_space: u32,
     pub sync_memops: u32,
+    pub flags: u32,
+    pub pad: u32,
+}
+
+/// `struct nvsim_vmm_reserve_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct VmmReserveArgs {
+    pub size: u64,
+    pub va: u64,
+}
+
+/// `struct nvsim_vmm_create_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct VmmCreateArgs {
+    pub size: u64,
+    pub handle: u64,
+}
+
+/// `struct nvsim_vmm_map_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct VmmMapArgs {
+    pub va: u64,
+    pub size: u64,
+    pub handle: u64,
+    pub buffer_id: u64,
+}
+
+/// `struct nvsim_vmm_range_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct VmmRangeArgs {
+    pub va: u64,
+    pub size: u64,
 }
 
 /// `struct nvsim_sync_memops_args`.
@@ -50,6 +99,12 @@ const ALLOC: ioctl::Opcode = ioctl::opcode::read_write::<AllocArgs>(MAGIC, 1);
 const FREE: ioctl::Opcode = ioctl::opcode::write::<u64>(MAGIC, 2);
 const QUERY: ioctl::Opcode = ioctl::opcode::read_write::<QueryArgs>(MAGIC, 3);
 const SYNC_MEMOPS: ioctl::Opcode = ioctl::opcode::write::<SyncMemopsArgs>(MAGIC, 4);
+const VMM_RESERVE: ioctl::Opcode = ioctl::opcode::read_write::<VmmReserveArgs>(MAGIC, 5);
+const VMM_UNRESERVE: ioctl::Opcode = ioctl::opcode::write::<VmmRangeArgs>(MAGIC, 6);
+const VMM_CREATE: ioctl::Opcode = ioctl::opcode::read_write::<VmmCreateArgs>(MAGIC, 7);
+const VMM_RELEASE: ioctl::Opcode = ioctl::opcode::write::<u64>(MAGIC, 8);
+const VMM_MAP: ioctl::Opcode = ioctl::opcode::read_write::<VmmMapArgs>(MAGIC, 9);
+const VMM_UNMAP: ioctl::Opcode = ioctl::opcode::write::<VmmRangeArgs>(MAGIC, 10);
 
 /// An open `/dev/nvsim`: closing it frees its allocations.
 pub struct Gpu {
@@ -64,8 +119,14 @@ impl Gpu {
 
     /// Allocates GPU memory: (va, buffer id).
     pub fn alloc(&self, size: u64) -> Result<(u64, u64), Errno> {
+        self.alloc_flags(size, 0)
+    }
+
+    /// Allocates GPU memory with `NVSIM_ALLOC_*` flags: (va, buffer id).
+    pub fn alloc_flags(&self, size: u64, flags: u32) -> Result<(u64, u64), Errno> {
         let mut a = AllocArgs {
             size,
+            flags,
             ..Default::default()
         };
         // SAFETY: ALLOC reads and writes one `AllocArgs`.
@@ -98,6 +159,70 @@ impl Gpu {
                 ioctl::Setter::<SYNC_MEMOPS, SyncMemopsArgs>::new(a),
             )
         }
+    }
+
+    /// Reserves a VMM address range (cuMemAddressReserve): its start.
+    pub fn vmm_reserve(&self, size: u64) -> Result<u64, Errno> {
+        let mut a = VmmReserveArgs { size, va: 0 };
+        // SAFETY: VMM_RESERVE reads and writes one `VmmReserveArgs`.
+        unsafe {
+            ioctl::ioctl(
+                &self.fd,
+                ioctl::Updater::<VMM_RESERVE, VmmReserveArgs>::new(&mut a),
+            )
+        }?;
+        Ok(a.va)
+    }
+
+    /// Frees a whole reservation (cuMemAddressFree); EBUSY while something is mapped in it.
+    pub fn vmm_unreserve(&self, va: u64, size: u64) -> Result<(), Errno> {
+        let a = VmmRangeArgs { va, size };
+        // SAFETY: VMM_UNRESERVE reads one `VmmRangeArgs`.
+        unsafe {
+            ioctl::ioctl(
+                &self.fd,
+                ioctl::Setter::<VMM_UNRESERVE, VmmRangeArgs>::new(a),
+            )
+        }
+    }
+
+    /// Creates a physical allocation (cuMemCreate): its handle.
+    pub fn vmm_create(&self, size: u64) -> Result<u64, Errno> {
+        let mut a = VmmCreateArgs { size, handle: 0 };
+        // SAFETY: VMM_CREATE reads and writes one `VmmCreateArgs`.
+        unsafe {
+            ioctl::ioctl(
+                &self.fd,
+                ioctl::Updater::<VMM_CREATE, VmmCreateArgs>::new(&mut a),
+            )
+        }?;
+        Ok(a.handle)
+    }
+
+    /// Releases a handle (cuMemRelease); the memory goes with its last mapping.
+    pub fn vmm_release(&self, handle: u64) -> Result<(), Errno> {
+        // SAFETY: VMM_RELEASE reads one u64.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<VMM_RELEASE, u64>::new(handle)) }
+    }
+
+    /// Maps the first `size` bytes of `handle` at `va` (cuMemMap): the mapping's buffer id.
+    pub fn vmm_map(&self, va: u64, size: u64, handle: u64) -> Result<u64, Errno> {
+        let mut a = VmmMapArgs {
+            va,
+            size,
+            handle,
+            buffer_id: 0,
+        };
+        // SAFETY: VMM_MAP reads and writes one `VmmMapArgs`.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<VMM_MAP, VmmMapArgs>::new(&mut a)) }?;
+        Ok(a.buffer_id)
+    }
+
+    /// Unmaps the whole mappings in `[va, va + size)` (cuMemUnmap), calling back their pins.
+    pub fn vmm_unmap(&self, va: u64, size: u64) -> Result<(), Errno> {
+        let a = VmmRangeArgs { va, size };
+        // SAFETY: VMM_UNMAP reads one `VmmRangeArgs`.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<VMM_UNMAP, VmmRangeArgs>::new(a)) }
     }
 
     /// Writes `data` into GPU memory at `va` through nvsim's mapping.

@@ -33,6 +33,8 @@ pub struct Pin {
     pub handle: u32,
     pub version: u32,
     pub entries: usize,
+    /// The table's flags word (2.x tables; 0 for others).
+    pub flags: u32,
     pub pa: Vec<u64>,
 }
 
@@ -65,6 +67,7 @@ pub fn parse_pin(out: &str) -> Option<Result<Pin, i32>> {
                 handle,
                 version: hex(field(out, "version")?)? as u32,
                 entries: field(out, "entries")?.parse().ok()?,
+                flags: field(out, "flags").map_or(Some(0), hex)? as u32,
                 pa,
             }))
         }
@@ -147,8 +150,11 @@ macro_rules! check_eq {
 }
 
 /// nvsim's counters that every test must leave at zero: what is live, and misuse.
-pub const MUST_BE_ZERO: [&str; 7] = [
+pub const MUST_BE_ZERO: [&str; 10] = [
     "allocations_live",
+    "suballocations_live",
+    "vmm_reservations_live",
+    "vmm_handles_live",
     "pins_live",
     "persistent_pins_live",
     "dma_mappings_live",
