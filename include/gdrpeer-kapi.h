@@ -17,11 +17,12 @@
 
 #include <linux/types.h>
 
+struct dma_buf;
 struct pci_dev;
 
 /* API version: major << 16 | minor. Same major, minor >= yours: compatible. */
 #define GDRPEER_KAPI_MAJOR 1
-#define GDRPEER_KAPI_MINOR 0
+#define GDRPEER_KAPI_MINOR 1
 #define GDRPEER_KAPI_VERSION ((GDRPEER_KAPI_MAJOR << 16) | GDRPEER_KAPI_MINOR)
 
 /* The registration cache of one process. */
@@ -84,5 +85,21 @@ struct gdrpeer_mr *gdrpeer_mr_pin(struct gdrpeer_ctx *ctx, struct pci_dev *peer,
  * it will not be called. Must not be called from the callback. Sleeps.
  */
 void gdrpeer_mr_unpin(struct gdrpeer_mr *mr);
+
+/*
+ * Since 1.1: exports [va, va + len) of the context's process's GPU memory,
+ * widened to whole 64 KiB pages and pinned from the context's cache, as a
+ * dma-buf for importers that take peer-to-peer memory and handle invalidation
+ * (Documentation/dma-buf.rst). Sets *@offset to va's offset in it. The
+ * dma-buf keeps its region pinned until its last reference goes, even after
+ * gdrpeer_ctx_destroy(); when the NVIDIA driver frees the memory, every
+ * importer is invalidated and waited for. Call from the context's process.
+ * Sleeps.
+ *
+ * Returns the dma-buf with one reference (dma_buf_fd() or dma_buf_put() it)
+ * or an ERR_PTR: as gdrpeer_mr_pin() for the range, -EINVAL a NULL argument.
+ */
+struct dma_buf *gdrpeer_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
+				      u64 *offset);
 
 #endif /* _GDRPEER_KAPI_H_ */

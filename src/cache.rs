@@ -160,6 +160,9 @@ struct Book {
     accounted: bool,
     /// Whether it was left for NVIDIA's callback by a close in another process.
     deferred: bool,
+    /// dma-bufs exported from it ([`Context::export`]), each also counted in `refs`. They
+    /// keep it pinned after the context closes.
+    exports: u64,
 }
 
 /// Front-ends' notifiers on a region (the kernel API's registrations).
@@ -237,6 +240,16 @@ impl WorkItem for Region {
     }
 }
 
+/// At close: drops a handle's reference on its region and releases the region unless a
+/// dma-buf holds it.
+fn region_put_handle(inner: &mut Inner, region: &Arc<Region>) {
+    let book = region.book.access_mut(inner);
+    book.refs -= 1;
+    if book.exports == 0 {
+        inner.release(region);
+    }
+}
+
 /// Index of a kind's tree in `Inner::regions`.
 fn tree_index(kind: PinKind) -> usize {
     match kind {
@@ -308,6 +321,11 @@ impl Context {
     /// Whether the current process is the one that opened the context.
     pub(crate) fn is_owner(&self) -> bool {
         *current!().group_leader() == *self.owner
+    }
+
+    /// The module environment it runs in.
+    pub(crate) fn env(&self) -> &'static Env {
+        self.env
     }
 
     /// The opening process's thread-group id, for names.
@@ -555,6 +573,32 @@ impl Context {
         Ok((h.region.clone(), h.window))
     }
 
+    /// Takes a reference on a handle's region for a dma-buf ([`crate::export`]): the region
+    /// stays in use (never evicted) until [`Context::unexport`], whatever happens to the
+    /// handle, and stays pinned after the context closes. Returns the region and the handle's
+    /// window.
+    pub(crate) fn export(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
+        let mut inner = self.inner.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        let (region, window) = (h.region.clone(), h.window);
+        if region.pinned.is_revoked() {
+            return Err(ENXIO);
+        }
+        inner.take_ref(&region);
+        region.book.access_mut(&mut inner).exports += 1;
+        Ok((region, window))
+    }
+
+    /// Drops a dma-buf's reference ([`Context::export`]). The region goes back to the cache,
+    /// or is released when nothing else holds it and it is out of the cache (the context
+    /// closed, a merge replaced it, NVIDIA freed it).
+    pub(crate) fn unexport(&self, region: &Arc<Region>) {
+        let mut inner = self.inner.lock();
+        region.book.access_mut(&mut inner).exports -= 1;
+        self.drop_ref(&mut inner, region);
+        inner.trim(&params::limits());
+    }
+
     /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
     /// leave the returned [`Mappings`], which unpinning the handle ends. Returns the handle's region and window
     /// with it.
@@ -615,13 +659,17 @@ impl Context {
         for (_, region) in lru.iter() {
             region.book.access_mut(&mut inner).lru_tick = 0;
         }
+        // An exported region stays pinned for its dma-bufs; the last one's
+        // [`Context::unexport`] releases it.
         for region in regions.iter() {
             region.book.access_mut(&mut inner).in_tree = false;
-            inner.release(region);
+            if inner.book(region).exports == 0 {
+                inner.release(region);
+            }
         }
         for (_, h) in handles.iter() {
             self.unwatch(&h.region, h.event);
-            inner.release(&h.region);
+            region_put_handle(&mut inner, &h.region);
         }
         inner.stats.handles = 0;
         drop(inner);
@@ -685,6 +733,7 @@ impl Region {
                         in_tree: false,
                         accounted: false,
                         deferred: false,
+                        exports: 0,
                     }
                 ),
                 notifiers <- new_spinlock!(

@@ -12,7 +12,8 @@
 
 use kernel::{
     debugfs,
-    fs::{File, Kiocb},
+    bindings,
+    fs::{file::FileDescriptorReservation, File, Kiocb},
     ioctl::_IOC_SIZE,
     iov::IovIterDest,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
@@ -30,6 +31,7 @@ use kernel::{
 
 use crate::{
     cache::{Context, Sharing},
+    export::Export,
     files::{self, CpuMap, OpenFile},
     fops::{self, PollOps, Pollable},
     nv_p2p::{self, PinKind, Tokens},
@@ -143,6 +145,7 @@ impl MiscDevice for GdrpeerFile {
             uapi::IOCTL_GET_PAGES,
             uapi::IOCTL_DMA_MAP,
             uapi::IOCTL_STATS,
+            uapi::IOCTL_EXPORT_DMABUF,
         ];
         if !known.contains(&cmd) {
             return Err(ENOTTY);
@@ -157,6 +160,7 @@ impl MiscDevice for GdrpeerFile {
             uapi::IOCTL_GET_INFO => info(ctx, user),
             uapi::IOCTL_GET_PAGES => get_pages(ctx, user),
             uapi::IOCTL_DMA_MAP => dma_map(ctx, user),
+            uapi::IOCTL_EXPORT_DMABUF => export_dmabuf(ctx, user),
             _ => stats(ctx, user),
         };
         ret.map(|()| 0)
@@ -303,6 +307,35 @@ fn dma_map(ctx: &Context, user: UserSlice) -> Result {
     ctx.with_handle(d.handle, |region, _| region.pinned().dma_map(&peer))?;
     d.count = copy_pages(ctx, d.handle, Some(&peer), d.addrs, d.count)?;
     writer.write(&d)
+}
+
+fn export_dmabuf(ctx: &Arc<Context>, user: UserSlice) -> Result {
+    let (mut reader, mut writer) = user.reader_writer();
+    let mut e: uapi::ExportDmabuf = read_arg(&mut reader, |e: &uapi::ExportDmabuf| e.size)?;
+    if e.flags != 0 || (e.handle != 0) == (e.va != 0 || e.len != 0) {
+        return Err(EINVAL);
+    }
+    let fd = FileDescriptorReservation::get_unused_fd_flags(bindings::O_CLOEXEC)?;
+    let made = if e.handle != 0 {
+        Export::create(ctx, e.handle)?
+    } else {
+        let range = GpuRange::new(e.va, e.len, params::max_pin_bytes())?;
+        let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
+        // The dma-buf holds the region itself: the handle is only the way to it.
+        let made = Export::create(ctx, info.handle);
+        let _ = ctx.unpin(info.handle, || {});
+        made?
+    };
+    e.fd = fd.reserved_fd() as i32;
+    e.page_count = made.window.page_count();
+    e.aligned_va = made.window.start();
+    e.offset = made.window.offset();
+    e.dmabuf_size = made.window.len();
+    // Nothing is installed unless the caller learns the descriptor: on a fault both the
+    // reservation and the dma-buf are dropped.
+    writer.write(&e)?;
+    made.dmabuf.install(fd);
+    Ok(())
 }
 
 fn cache_stats(s: &Stats) -> uapi::CacheStats {

@@ -14,6 +14,8 @@
 
 /* The kernel crate's module! has no version key; modinfo shows this one. */
 MODULE_VERSION("0.1.0");
+/* dma-buf export (src/dma_buf.rs): the core's symbols are in this namespace. */
+MODULE_IMPORT_NS("DMA_BUF");
 
 u32 gdrpeer_kapi_version(void)
 {
@@ -46,6 +48,13 @@ void gdrpeer_mr_unpin(struct gdrpeer_mr *mr)
 	gdrpeer_rs_mr_unpin(mr);
 }
 EXPORT_SYMBOL_GPL(gdrpeer_mr_unpin);
+
+struct dma_buf *gdrpeer_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
+				      u64 *offset)
+{
+	return gdrpeer_rs_dmabuf_export(ctx, va, len, offset);
+}
+EXPORT_SYMBOL_GPL(gdrpeer_dmabuf_export);
 
 /*
  * A lockdep class for "inside a peer driver's invalidate callback". The

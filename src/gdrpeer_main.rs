@@ -81,8 +81,10 @@
 // kernel services and the nv-p2p wrapper; the pin engine; the front-ends.
 mod cache;
 mod chardev;
+mod dma_buf;
 mod env;
 mod events;
+mod export;
 mod files;
 mod fops;
 mod gate;

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdrpeer: the C side of src/vma.rs, for what bindgen cannot reach portably:
- * vm_flags_set() and pgprot_writecombine() are static inlines or macros on
- * some architectures (arm64), and the fault's vma, pgoff and address sit in an
- * anonymous const struct of struct vm_fault whose generated Rust name depends
- * on the layout.
+ * gdrpeer: the C side of src/vma.rs and src/dma_buf.rs, for what bindgen
+ * cannot reach portably: vm_flags_set() and pgprot_writecombine() are static
+ * inlines or macros on some architectures (arm64), the fault's vma, pgoff and
+ * address sit in an anonymous const struct of struct vm_fault whose generated
+ * Rust name depends on the layout, and sg_dma_len() names a field that exists
+ * only with CONFIG_NEED_SG_DMA_LENGTH.
  */
 #include <linux/mm.h>
+#include <linux/scatterlist.h>
 
 #include "helpers.h"
 
@@ -33,4 +35,11 @@ vm_fault_t gdrpeer_vmf_insert_pfn(struct vm_fault *vmf, unsigned long pfn)
 {
 	return vmf_insert_pfn_prot(vmf->vma, vmf->address, pfn,
 				   vmf->vma->vm_page_prot);
+}
+
+void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int len)
+{
+	sg_set_page(sg, NULL, 0, 0);
+	sg_dma_address(sg) = addr;
+	sg_dma_len(sg) = len;
 }

@@ -13,6 +13,8 @@ struct gdrpeer_mr *gdrpeer_rs_mr_pin(struct gdrpeer_ctx *ctx, struct pci_dev *pe
 				     u64 va, u64 len, void (*invalidate)(void *data),
 				     void *data, struct gdrpeer_mr_info *info);
 void gdrpeer_rs_mr_unpin(struct gdrpeer_mr *mr);
+struct dma_buf *gdrpeer_rs_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
+					 u64 *offset);
 
 /*
  * The same functions' types, for bindgen: the Rust definitions are assigned to
@@ -26,6 +28,7 @@ struct gdrpeer_rs_fns {
 	typeof(gdrpeer_rs_ctx_destroy) *ctx_destroy;
 	typeof(gdrpeer_rs_mr_pin) *mr_pin;
 	typeof(gdrpeer_rs_mr_unpin) *mr_unpin;
+	typeof(gdrpeer_rs_dmabuf_export) *dmabuf_export;
 };
 
 /* Around a peer driver's invalidate callback. */

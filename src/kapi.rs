@@ -35,6 +35,7 @@ use kernel::{
 use crate::{
     cache::{Context, Notifier, Region, Sharing},
     env::Env,
+    export::Export,
     nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -51,17 +52,26 @@ unsafe impl Send for Invalidate {}
 // SAFETY: as above; the callback is only called, never changed.
 unsafe impl Sync for Invalidate {}
 
+/// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
+/// lockdep class that stands for NVIDIA's lock (src/exports.c).
+pub(crate) fn as_invalidate<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: plain C functions without preconditions.
+    unsafe { bindings::gdrpeer_invalidate_begin() };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { bindings::gdrpeer_invalidate_end() };
+    r
+}
+
 impl Notifier for Invalidate {
     /// Calls it, under the lockdep class that stands for NVIDIA's lock, warning if it is slow.
     fn notify(&self) {
         let start = Instant::<Monotonic>::now();
-        // SAFETY: plain C functions without preconditions.
-        unsafe { bindings::gdrpeer_invalidate_begin() };
-        // SAFETY: the peer driver registered `f` with `data` and promised both stay valid
-        // until gdrpeer_mr_unpin returns, which waits for this call.
-        unsafe { (self.f)(self.data) };
-        // SAFETY: as above.
-        unsafe { bindings::gdrpeer_invalidate_end() };
+        as_invalidate(|| {
+            // SAFETY: the peer driver registered `f` with `data` and promised both stay valid
+            // until gdrpeer_mr_unpin returns, which waits for this call.
+            unsafe { (self.f)(self.data) }
+        });
         let took = start.elapsed();
         // The limit is a module parameter (`invalidate_warn_ms`).
         let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
@@ -75,8 +85,9 @@ impl Notifier for Invalidate {
     }
 }
 
-/// Notes, for lockdep, that the caller may wait for an invalidate callback.
-fn might_wait_for_invalidate() {
+/// Notes, for lockdep, that the caller may wait for an invalidate callback (or take NVIDIA's
+/// lock).
+pub(crate) fn might_wait_for_invalidate() {
     might_sleep();
     // SAFETY: a plain C function without preconditions.
     unsafe { bindings::gdrpeer_invalidate_might_wait() };
@@ -228,6 +239,38 @@ unsafe extern "C" fn gdrpeer_rs_mr_unpin(mr: *mut bindings::gdrpeer_mr) {
     }
 }
 
+/// # Safety
+///
+/// `ctx` came from [`gdrpeer_rs_ctx_create`] and is not destroyed; `offset` is writable.
+#[no_mangle]
+unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
+    ctx: *mut bindings::gdrpeer_ctx,
+    va: u64,
+    len: u64,
+    offset: *mut u64,
+) -> *mut kernel::bindings::dma_buf {
+    might_wait_for_invalidate();
+    api_result((|| {
+        if ctx.is_null() || offset.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
+        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.ctx;
+        if !ctx.is_owner() {
+            return Err(EACCES);
+        }
+        let range = GpuRange::new(va, len, params::max_pin_bytes())?;
+        let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
+        // The dma-buf holds the region itself: the handle is only the way to it.
+        let made = Export::create(ctx, info.handle);
+        let _ = ctx.unpin(info.handle, || {});
+        let made = made?;
+        // SAFETY: `offset` is writable (the function's contract).
+        unsafe { offset.write(made.window.offset()) };
+        Ok(made.dmabuf.into_raw().cast())
+    })())
+}
+
 // The definitions above must have the prototypes' types (src/kapi-internal.h).
 const _: bindings::gdrpeer_rs_fns = bindings::gdrpeer_rs_fns {
     kapi_version: Some(gdrpeer_rs_kapi_version),
@@ -235,4 +278,5 @@ const _: bindings::gdrpeer_rs_fns = bindings::gdrpeer_rs_fns {
     ctx_destroy: Some(gdrpeer_rs_ctx_destroy),
     mr_pin: Some(gdrpeer_rs_mr_pin),
     mr_unpin: Some(gdrpeer_rs_mr_unpin),
+    dmabuf_export: Some(gdrpeer_rs_dmabuf_export),
 };

@@ -24,6 +24,7 @@ mod bindings {
 
 pub(crate) use bindings::{
     gdrpeer_cache_stats as CacheStats, gdrpeer_dma_map as DmaMap, gdrpeer_event as Event,
+    gdrpeer_export_dmabuf as ExportDmabuf,
     gdrpeer_get_pages as GetPages, gdrpeer_info as Info, gdrpeer_pin as Pin,
     gdrpeer_stats as Stats, gdrpeer_unpin as Unpin, gdrpeer_version as Version,
 };
@@ -38,7 +39,7 @@ macro_rules! plain_data {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats, Event);
+plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats, Event, ExportDmabuf);
 
 /// Pin flag: no free callback (`GDRPEER_PIN_PERSISTENT`).
 pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
@@ -77,3 +78,5 @@ pub(crate) const IOCTL_GET_PAGES: u32 = _IOWR::<GetPages>(MAGIC, 4);
 pub(crate) const IOCTL_DMA_MAP: u32 = _IOWR::<DmaMap>(MAGIC, 5);
 /// `GDRPEER_IOCTL_STATS`.
 pub(crate) const IOCTL_STATS: u32 = _IOWR::<Stats>(MAGIC, 6);
+/// `GDRPEER_IOCTL_EXPORT_DMABUF`.
+pub(crate) const IOCTL_EXPORT_DMABUF: u32 = _IOWR::<ExportDmabuf>(MAGIC, 7);

@@ -31,22 +31,7 @@ use kernel::{
     sync::{Arc, ArcBorrow},
 };
 
-// `improper_ctypes`: the kernel's structs arrive through `kernel::bindings`, whose own
-// declarations allow it for the same reason (empty structs of disabled config options).
-#[allow(
-    dead_code,
-    improper_ctypes,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod helpers {
-    include!("helpers_generated.rs");
-}
+use crate::sys::helpers;
 
 /// What a fault handler answers: a `vm_fault_t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

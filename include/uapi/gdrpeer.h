@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 3
+#define GDRPEER_ABI_MINOR 4
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -199,11 +199,52 @@ struct gdrpeer_event {
 	__u32 pad;		/* 0 */
 };
 
+/*
+ * Since ABI 1.4: EXPORT_DMABUF turns a pinned window into a dma-buf, for
+ * the upstream RDMA drivers (ibv_reg_dmabuf_mr) and any other importer that
+ * takes peer-to-peer memory. The window is a handle's (handle != 0; va and
+ * len must be 0), or [va, va + len) pinned as PIN would, from the cache
+ * (handle == 0). The dma-buf is the window's whole 64 KiB pages,
+ * page_count * page_size bytes; the caller's va lies at byte offset in it:
+ *
+ *	ibv_reg_dmabuf_mr(pd, e.offset, len, va, e.fd, access);
+ *
+ * fd is a new descriptor (O_RDWR | O_CLOEXEC) that may be passed to other
+ * processes. The dma-buf keeps its region pinned, in use, for as long as it
+ * lives, whatever happens to the handle or to this file; nothing more is
+ * pinned, and exporting a cached region again calls no driver function.
+ * When the driver frees the memory (cuMemFree, the owner's exit), every
+ * importer is told to stop (dma-buf invalidation), gdrpeer waits until each
+ * has unmapped, and only then lets the driver free the pages; later mappings
+ * fail with -ENXIO. Importers must allow peer-to-peer (no struct pages stand
+ * behind the addresses) and handle invalidation (a dynamic importer, or a
+ * pinned one with an invalidate_mappings op); others are refused at attach
+ * with -EOPNOTSUPP. No CPU access through the dma-buf (mmap it through
+ * /dev/gdrpeer instead).
+ *
+ * Errors: as PIN for va and len; -EINVAL flags or pad not 0, both or
+ * neither of handle and va/len, an unknown handle; -ENXIO memory the driver
+ * freed already; -EMFILE no descriptor left.
+ */
+struct gdrpeer_export_dmabuf {
+	__u32 size;		/* in: sizeof(struct gdrpeer_export_dmabuf) */
+	__u32 flags;		/* in: 0 */
+	__u64 handle;		/* in: a handle, or 0 */
+	__u64 va;		/* in: with handle 0: GPU virtual address, any alignment */
+	__u64 len;		/* in: with handle 0: bytes */
+	__s32 fd;		/* out: the dma-buf */
+	__u32 page_count;	/* out: pages in the dma-buf */
+	__u64 aligned_va;	/* out: the GPU address of the dma-buf's first byte */
+	__u64 offset;		/* out: the va's (or the handle's) offset in the dma-buf */
+	__u64 dmabuf_size;	/* out: page_count * 65536 */
+};
+
 #define GDRPEER_IOCTL_PIN _IOWR(GDRPEER_IOCTL_MAGIC, 1, struct gdrpeer_pin)
 #define GDRPEER_IOCTL_UNPIN _IOW(GDRPEER_IOCTL_MAGIC, 2, struct gdrpeer_unpin)
 #define GDRPEER_IOCTL_GET_INFO _IOWR(GDRPEER_IOCTL_MAGIC, 3, struct gdrpeer_info)
 #define GDRPEER_IOCTL_GET_PAGES _IOWR(GDRPEER_IOCTL_MAGIC, 4, struct gdrpeer_get_pages)
 #define GDRPEER_IOCTL_DMA_MAP _IOWR(GDRPEER_IOCTL_MAGIC, 5, struct gdrpeer_dma_map)
 #define GDRPEER_IOCTL_STATS _IOWR(GDRPEER_IOCTL_MAGIC, 6, struct gdrpeer_stats)
+#define GDRPEER_IOCTL_EXPORT_DMABUF _IOWR(GDRPEER_IOCTL_MAGIC, 7, struct gdrpeer_export_dmabuf)
 
 #endif /* _UAPI_GDRPEER_H_ */

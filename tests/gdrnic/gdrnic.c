@@ -10,7 +10,10 @@
  * memory, "send" (GPU -> NIC) and "receive" (NIC -> GPU).
  *
  * Each open file is one gdrpeer context, created in the opening process,
- * like an RDMA verbs context; registrations are gdrpeer_mr's.
+ * like an RDMA verbs context; registrations are gdrpeer_mr's, or dma-buf
+ * imports (REG_DMABUF) made as drivers/infiniband/core/umem_dmabuf.c makes
+ * them for ibv_reg_dmabuf_mr(): a dynamic attachment with peer2peer and an
+ * invalidate op, or a pinned one (dma_buf_pin) with the same op.
  *
  * Locks, in the order they are taken:
  *
@@ -22,6 +25,11 @@
  *    DMA of the registration is in flight, and the dead flag it sets (read
  *    under the same lock) keeps any from starting.
  *
+ * A dma-buf import's reservation lock comes before lock 2: each chunk of a
+ * transfer holds it around the DMA, and the import's invalidate op, which
+ * the exporter calls with it held, unmaps there. So once an invalidation has
+ * returned, no DMA uses the old addresses.
+ *
  * The invalidate callback runs under the NVIDIA driver's global lock: it
  * waits for at most one chunk in flight and takes nothing else.
  */
@@ -29,7 +37,9 @@
 
 #include <linux/debugfs.h>
 #include <linux/delay.h>
+#include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/iopoll.h>
 #include <linux/kref.h>
 #include <linux/miscdevice.h>
@@ -37,6 +47,7 @@
 #include <linux/mutex.h>
 #include <linux/overflow.h>
 #include <linux/pci.h>
+#include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/xarray.h>
@@ -87,6 +98,11 @@ struct gdrnic_mr {
 	struct gdrpeer_mr_info info;
 	u64 va, len;
 	bool dead;			/* under nic->engine_lock: invalidated */
+	/* A dma-buf import instead of @mr; the rest under its reservation lock. */
+	struct dma_buf_attachment *attach;
+	struct sg_table *sgt;		/* the mapping, until invalidated */
+	bool pinned;			/* dma_buf_pin()ned */
+	bool revoked;			/* a pinned import was invalidated, or released */
 };
 
 /* The one bound device; a second edu is not taken. */
@@ -100,6 +116,9 @@ static struct {
 	atomic64_t failed_transfers;
 	atomic64_t gpu_dma_bytes;	/* moved between the GPU BAR and edu */
 	atomic64_t dma_ops;
+	atomic64_t dmabuf_imports;	/* live */
+	atomic64_t dmabuf_maps;		/* dma_buf_map_attachment() calls that succeeded */
+	atomic64_t dmabuf_invalidations;
 } gdrnic_stats;
 
 /*
@@ -157,12 +176,113 @@ static void gdrnic_invalidate(void *data)
 	atomic64_inc(&gdrnic_stats.invalidations);
 }
 
+/*
+ * A dma-buf import's invalidate op, called by the exporter with the
+ * reservation lock held: no chunk is in flight (each holds that lock), and
+ * the mapping is given back before returning. A dynamic import maps again on
+ * its next transfer; a pinned one takes the invalidation as a revocation, as
+ * ib_umem_dmabuf's revocable pinned imports do.
+ */
+static void gdrnic_dmabuf_invalidate(struct dma_buf_attachment *attach)
+{
+	struct gdrnic_mr *m = attach->importer_priv;
+
+	dma_resv_assert_held(attach->dmabuf->resv);
+	if (gdrnic_invalidate_delay_ms)
+		msleep(gdrnic_invalidate_delay_ms);
+	if (m->sgt) {
+		dma_buf_unmap_attachment(attach, m->sgt, DMA_BIDIRECTIONAL);
+		m->sgt = NULL;
+	}
+	if (m->pinned) {
+		dma_buf_unpin(attach);
+		m->pinned = false;
+		m->revoked = true;
+	}
+	atomic64_inc(&gdrnic_stats.dmabuf_invalidations);
+}
+
+static const struct dma_buf_attach_ops gdrnic_dmabuf_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = gdrnic_dmabuf_invalidate,
+};
+
+/* Importers an exporter of peer memory without a revoke path must refuse. */
+static const struct dma_buf_attach_ops gdrnic_dmabuf_no_p2p_ops = {
+	.allow_peer2peer = false,
+	.invalidate_mappings = gdrnic_dmabuf_invalidate,
+};
+
+static const struct dma_buf_attach_ops gdrnic_dmabuf_no_invalidate_ops = {
+	.allow_peer2peer = true,
+};
+
+/* Maps a dma-buf import if it is not mapped, as ib_umem_dmabuf_map_pages(). */
+static int gdrnic_dmabuf_map(struct gdrnic_mr *m)
+{
+	struct dma_resv *resv = m->attach->dmabuf->resv;
+	struct sg_table *sgt;
+	long ret;
+
+	dma_resv_assert_held(resv);
+	if (m->revoked)
+		return -ENXIO;
+	if (!m->sgt) {
+		sgt = dma_buf_map_attachment(m->attach, DMA_BIDIRECTIONAL);
+		if (IS_ERR(sgt))
+			return PTR_ERR(sgt);
+		m->sgt = sgt;
+		atomic64_inc(&gdrnic_stats.dmabuf_maps);
+	}
+	/* The exporter's moves, had it any, end before the memory is used. */
+	ret = dma_resv_wait_timeout(resv, DMA_RESV_USAGE_KERNEL, false, MAX_SCHEDULE_TIMEOUT);
+	if (ret < 0)
+		return ret;
+	return ret ? 0 : -ETIMEDOUT;
+}
+
+/* The DMA address of [@pos, @pos + @n) of the dma-buf, which one segment must hold. */
+static int gdrnic_dmabuf_addr(struct gdrnic_mr *m, u64 pos, u32 n, u64 *dma)
+{
+	struct scatterlist *sg;
+	u64 cur = 0;
+	unsigned int i;
+
+	for_each_sgtable_dma_sg(m->sgt, sg, i) {
+		u64 len = sg_dma_len(sg);
+
+		if (pos >= cur && pos + n <= cur + len) {
+			*dma = sg_dma_address(sg) + (pos - cur);
+			return 0;
+		}
+		cur += len;
+	}
+	return -EINVAL;
+}
+
 static void gdrnic_mr_release(struct kref *ref)
 {
 	struct gdrnic_mr *m = container_of(ref, struct gdrnic_mr, ref);
 
 	/* The device no longer uses the addresses: no transfer holds a reference. */
-	gdrpeer_mr_unpin(m->mr);
+	if (m->attach) {
+		struct dma_buf *dmabuf = m->attach->dmabuf;
+
+		dma_resv_lock(dmabuf->resv, NULL);
+		if (m->sgt)
+			dma_buf_unmap_attachment(m->attach, m->sgt, DMA_BIDIRECTIONAL);
+		m->sgt = NULL;
+		if (m->pinned)
+			dma_buf_unpin(m->attach);
+		m->pinned = false;
+		m->revoked = true;
+		dma_resv_unlock(dmabuf->resv);
+		dma_buf_detach(dmabuf, m->attach);
+		dma_buf_put(dmabuf);
+		atomic64_dec(&gdrnic_stats.dmabuf_imports);
+	} else {
+		gdrpeer_mr_unpin(m->mr);
+	}
 	atomic64_dec(&gdrnic_stats.registrations);
 	kfree(m);
 }
@@ -245,6 +365,90 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 	return 0;
 }
 
+static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
+{
+	const struct dma_buf_attach_ops *ops = &gdrnic_dmabuf_ops;
+	struct gdrnic_dmabuf_args a;
+	struct dma_buf *dmabuf;
+	struct gdrnic_mr *m;
+	u64 offset, end;
+	u32 handle;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if ((a.flags & ~GDRNIC_DMABUF_FLAGS) || !a.len)
+		return -EINVAL;
+	if (a.flags & GDRNIC_DMABUF_NO_P2P)
+		ops = &gdrnic_dmabuf_no_p2p_ops;
+	else if (a.flags & GDRNIC_DMABUF_NO_INVALIDATE)
+		ops = &gdrnic_dmabuf_no_invalidate_ops;
+
+	mutex_lock(&f->nic->engine_lock);
+	ret = f->nic->gone ? -ENODEV : 0;
+	mutex_unlock(&f->nic->engine_lock);
+	if (ret)
+		return ret;
+	if (a.flags & GDRNIC_DMABUF_KAPI) {
+		/* An in-kernel exporter's user: the va of this process, as REG. */
+		dmabuf = gdrpeer_dmabuf_export(f->ctx, a.offset, a.len, &offset);
+	} else {
+		dmabuf = dma_buf_get(a.fd);
+		offset = a.offset;
+	}
+	if (IS_ERR(dmabuf))
+		return PTR_ERR(dmabuf);
+	if (check_add_overflow(offset, a.len, &end) || end > dmabuf->size) {
+		dma_buf_put(dmabuf);
+		return -EINVAL;
+	}
+	m = kzalloc_obj(*m, GFP_KERNEL);
+	if (!m) {
+		dma_buf_put(dmabuf);
+		return -ENOMEM;
+	}
+	kref_init(&m->ref);
+	m->file = f;
+	m->nic = f->nic;
+	m->len = a.len;
+	m->info.offset = offset;
+	m->info.page_size = SZ_64K;
+	m->attach = dma_buf_dynamic_attach(dmabuf, &f->nic->pdev->dev, ops, m);
+	if (IS_ERR(m->attach)) {
+		ret = PTR_ERR(m->attach);
+		dma_buf_put(dmabuf);
+		kfree(m);
+		return ret;
+	}
+	atomic64_inc(&gdrnic_stats.registrations);
+	atomic64_inc(&gdrnic_stats.dmabuf_imports);
+
+	/* Mapped now, as the RDMA drivers map at registration. */
+	dma_resv_lock(dmabuf->resv, NULL);
+	if (a.flags & GDRNIC_DMABUF_PINNED) {
+		ret = dma_buf_pin(m->attach);
+		m->pinned = !ret;
+	}
+	if (!ret)
+		ret = gdrnic_dmabuf_map(m);
+	a.nents = m->sgt ? m->sgt->nents : 0;
+	dma_resv_unlock(dmabuf->resv);
+	if (!ret)
+		ret = xa_alloc(&f->mrs, &handle, m, xa_limit_31b, GFP_KERNEL);
+	if (ret) {
+		gdrnic_mr_put(m);
+		return ret;
+	}
+	a.handle = handle;
+	if (copy_to_user(uarg, &a, sizeof(a))) {
+		m = xa_erase(&f->mrs, handle);
+		if (m)
+			gdrnic_mr_put(m);
+		return -EFAULT;
+	}
+	return 0;
+}
+
 static long gdrnic_dereg(struct gdrnic_file *f, u32 __user *uarg)
 {
 	struct gdrnic_mr *m;
@@ -294,6 +498,24 @@ static int gdrnic_chunk(struct gdrnic_mr *m, u64 gpu, void *bounce, u32 n, bool 
 	return ret;
 }
 
+/*
+ * A chunk of a dma-buf import at byte @pos of the dma-buf, with its
+ * reservation lock held around the mapping and the DMA.
+ */
+static int gdrnic_dmabuf_chunk(struct gdrnic_mr *m, u64 pos, void *bounce, u32 n, bool send)
+{
+	struct dma_resv *resv = m->attach->dmabuf->resv;
+	u64 gpu;
+	int ret;
+
+	dma_resv_lock(resv, NULL);
+	ret = gdrnic_dmabuf_map(m) ?: gdrnic_dmabuf_addr(m, pos, n, &gpu);
+	if (!ret)
+		ret = gdrnic_chunk(m, gpu, bounce, n, send);
+	dma_resv_unlock(resv);
+	return ret;
+}
+
 static long gdrnic_xfer(struct gdrnic_file *f, void __user *uarg, bool send)
 {
 	struct gdrnic_xfer_args a;
@@ -327,13 +549,16 @@ static long gdrnic_xfer(struct gdrnic_file *f, void __user *uarg, bool send)
 		u64 pos = m->info.offset + a.offset + done;
 		u32 in_page = pos % page_size;
 		u32 n = min3(a.len - done, (u64)EDU_DMA_MAX, (u64)(page_size - in_page));
-		u64 gpu = m->info.dma_addrs[pos / page_size] + in_page;
 
 		if (!send && copy_from_user(bounce, buf + done, n)) {
 			ret = -EFAULT;
 			break;
 		}
-		ret = gdrnic_chunk(m, gpu, bounce, n, send);
+		if (m->attach)
+			ret = gdrnic_dmabuf_chunk(m, pos, bounce, n, send);
+		else
+			ret = gdrnic_chunk(m, m->info.dma_addrs[pos / page_size] + in_page,
+					   bounce, n, send);
 		if (!ret && send && copy_to_user(buf + done, bounce, n))
 			ret = -EFAULT;
 		done += n;
@@ -359,6 +584,8 @@ static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return gdrnic_xfer(f, uarg, true);
 	case GDRNIC_IOCTL_RECV:
 		return gdrnic_xfer(f, uarg, false);
+	case GDRNIC_IOCTL_REG_DMABUF:
+		return gdrnic_reg_dmabuf(f, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -522,6 +749,10 @@ static int gdrnic_stats_show(struct seq_file *s, void *unused)
 	seq_printf(s, "failed_transfers %lld\n", atomic64_read(&gdrnic_stats.failed_transfers));
 	seq_printf(s, "gpu_dma_bytes %lld\n", atomic64_read(&gdrnic_stats.gpu_dma_bytes));
 	seq_printf(s, "dma_ops %lld\n", atomic64_read(&gdrnic_stats.dma_ops));
+	seq_printf(s, "dmabuf_imports %lld\n", atomic64_read(&gdrnic_stats.dmabuf_imports));
+	seq_printf(s, "dmabuf_maps %lld\n", atomic64_read(&gdrnic_stats.dmabuf_maps));
+	seq_printf(s, "dmabuf_invalidations %lld\n",
+		   atomic64_read(&gdrnic_stats.dmabuf_invalidations));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(gdrnic_stats);
@@ -553,3 +784,4 @@ module_exit(gdrnic_exit);
 
 MODULE_DESCRIPTION("Sample NIC driver on gdrpeer's kernel API, over QEMU's edu device");
 MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS("DMA_BUF");

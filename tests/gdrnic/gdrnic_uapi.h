@@ -8,6 +8,14 @@
  * Every byte crosses the emulated PCI bus between the GPU BAR and QEMU's edu
  * device by DMA, at the addresses gdrpeer gave for the edu function.
  *
+ * A registration may also be a dma-buf import (REG_DMABUF), made exactly as
+ * the RDMA core's ib_umem_dmabuf makes one for ibv_reg_dmabuf_mr(): a
+ * dynamic attachment that allows peer-to-peer and takes invalidations, or a
+ * pinned one with an invalidate op (GDRNIC_DMABUF_PINNED). A dynamic import
+ * maps the dma-buf on the first transfer after each invalidation, under the
+ * reservation lock, which every chunk of a transfer holds: once an
+ * invalidation has run, no DMA uses the old addresses.
+ *
  * Errors: -EINVAL bad arguments or a range outside the registration;
  * -ENOENT unknown handle; -ENXIO the GPU memory was freed (the registration
  * was invalidated); -EACCES registering from a process other than the one
@@ -45,9 +53,27 @@ struct gdrnic_xfer_args {
 	__u64 buf;		/* in: user buffer: SEND fills it, RECV reads it */
 };
 
+/* REG_DMABUF flags. */
+#define GDRNIC_DMABUF_PINNED		(1U << 0)	/* dma_buf_pin(), revocable */
+#define GDRNIC_DMABUF_KAPI		(1U << 1)	/* export va/len with gdrpeer_dmabuf_export() */
+/* Importers gdrpeer must refuse (tests): */
+#define GDRNIC_DMABUF_NO_P2P		(1U << 2)	/* allow_peer2peer false */
+#define GDRNIC_DMABUF_NO_INVALIDATE	(1U << 3)	/* no invalidate_mappings op */
+#define GDRNIC_DMABUF_FLAGS		0xf
+
+struct gdrnic_dmabuf_args {
+	__s32 fd;		/* in: a dma-buf (not with GDRNIC_DMABUF_KAPI) */
+	__u32 flags;		/* in: GDRNIC_DMABUF_* */
+	__u64 offset;		/* in: byte offset in the dma-buf; with KAPI: the GPU va */
+	__u64 len;		/* in: bytes */
+	__u32 handle;		/* out: the registration, > 0 */
+	__u32 nents;		/* out: DMA segments of the first mapping */
+};
+
 #define GDRNIC_IOCTL_REG	_IOWR(GDRNIC_IOCTL_MAGIC, 1, struct gdrnic_reg_args)
 #define GDRNIC_IOCTL_DEREG	_IOW(GDRNIC_IOCTL_MAGIC, 2, __u32)
 #define GDRNIC_IOCTL_SEND	_IOW(GDRNIC_IOCTL_MAGIC, 3, struct gdrnic_xfer_args)
 #define GDRNIC_IOCTL_RECV	_IOW(GDRNIC_IOCTL_MAGIC, 4, struct gdrnic_xfer_args)
+#define GDRNIC_IOCTL_REG_DMABUF	_IOWR(GDRNIC_IOCTL_MAGIC, 5, struct gdrnic_dmabuf_args)
 
 #endif /* _UAPI_GDRNIC_H_ */

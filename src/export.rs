@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! dma-buf export of pinned windows, for `/dev/gdrpeer`'s EXPORT_DMABUF and the kernel API's
+//! `gdrpeer_dmabuf_export` (Documentation/dma-buf.rst).
+//!
+//! An [`Export`] is the exporter of one dma-buf: a window of a region, with a reference on the
+//! region that keeps it pinned and in use for as long as the dma-buf lives, whatever happens to
+//! the handle or the context it came from ([`Context::export`]).
+//!
+//! Importers must take peer-to-peer memory and handle invalidation. Each attaching device gets
+//! the region's DMA mapping for it, made at attach (outside the reservation lock, since
+//! nv-p2p takes NVIDIA's lock) and shared with every other user of the region on that device;
+//! `map_dma_buf` only copies its addresses into a table, under the reservation lock.
+//!
+//! When NVIDIA frees the memory, the region's notifier ([`Revoke`]) runs in the free
+//! callback, before the DMA mappings and the table go: it marks the export revoked, tells the
+//! importers to stop (`dma_buf_invalidate_mappings`), waits for their fences and then for their
+//! unmaps, as the 7.2 core defines a complete stop. Later attaches and maps fail with -ENXIO.
+//!
+//! Locks: the free callback takes the reservation lock under NVIDIA's lock, so nothing of
+//! gdrpeer's under the reservation lock (`map`, `unmapped`) takes [`Context::inner`], the
+//! table gate or NVIDIA's lock: only `Pinned::state` and `ExportState::state` (level 4).
+
+use kernel::{
+    bindings, new_condvar, new_spinlock, pci,
+    prelude::*,
+    sync::{aref::ARef, Arc, CondVar, SpinLock},
+    time::{Instant, Monotonic},
+};
+
+use crate::{
+    cache::{Context, Notifier, Region},
+    dma_buf::{self, Attach, Exported, Exporter, Segment},
+    kapi, params,
+    range::GpuRange,
+    sys,
+};
+
+/// The longest segment of an importer's table (a scatterlist length has 32 bits).
+const MAX_SEGMENT: u64 = 1 << 31;
+
+/// What the free callback and the dma-buf's operations share.
+#[pin_data]
+struct ExportState {
+    #[pin]
+    state: SpinLock<State>,
+    /// Signalled when an importer's mapping is given back.
+    #[pin]
+    unmapped: CondVar,
+}
+
+struct State {
+    /// NVIDIA freed the memory: no attach or map succeeds any more.
+    revoked: bool,
+    /// Importers' mappings not given back yet.
+    mapped: u64,
+    /// The dma-buf, once exported; it lives until its `release` has removed [`Revoke`].
+    dmabuf: *mut bindings::dma_buf,
+}
+
+// SAFETY: `dmabuf` is only dereferenced by `Revoke::notify`, from any thread, while the
+// dma-buf lives (see `State::dmabuf`); the rest is plain data.
+unsafe impl Send for State {}
+
+/// The region's notifier of an export: revokes the dma-buf in NVIDIA's free callback.
+struct Revoke(Arc<ExportState>);
+
+impl Notifier for Revoke {
+    fn notify(&self) {
+        let start = Instant::<Monotonic>::now();
+        kapi::as_invalidate(|| {
+            let dmabuf = {
+                let mut s = self.0.state.lock();
+                s.revoked = true;
+                s.dmabuf
+            };
+            if !dmabuf.is_null() {
+                // SAFETY: the dma-buf lives until its release has removed this notifier,
+                // which waits for this call (`Region::remove_notifier`); the free callback
+                // holds no reservation lock.
+                unsafe { dma_buf::revoke(dmabuf) };
+            }
+            // Importers with an invalidate op unmap within a bounded time (the core's rule);
+            // they may do so from another thread, under the reservation lock, which is free.
+            let mut s = self.0.state.lock();
+            while s.mapped > 0 {
+                self.0.unmapped.wait(&mut s);
+            }
+        });
+        let took = start.elapsed();
+        let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
+        if took.as_millis() > limit {
+            pr_warn!(
+                "dma-buf importers took {} ms to stop (invalidate_warn_ms {})\n",
+                took.as_millis(),
+                limit
+            );
+        }
+    }
+}
+
+/// The exporter of one dma-buf: a window of a region, which it keeps in use.
+pub(crate) struct Export {
+    ctx: Arc<Context>,
+    region: Arc<Region>,
+    window: GpuRange,
+    shared: Arc<ExportState>,
+    /// Its [`Revoke`] on the region, once registered.
+    notifier: Option<u64>,
+}
+
+/// What EXPORT_DMABUF and the kernel API report about a new dma-buf.
+pub(crate) struct Made {
+    pub(crate) dmabuf: Exported,
+    pub(crate) window: GpuRange,
+}
+
+impl Export {
+    /// Exports `handle`'s window of `ctx` as a dma-buf. The handle may go afterwards: the
+    /// dma-buf holds the region itself.
+    pub(crate) fn create(ctx: &Arc<Context>, handle: u64) -> Result<Made> {
+        let (region, window) = ctx.export(handle)?;
+        let shared = Arc::pin_init(
+            pin_init!(ExportState {
+                state <- new_spinlock!(
+                    State {
+                        revoked: false,
+                        mapped: 0,
+                        dmabuf: core::ptr::null_mut(),
+                    },
+                    "ExportState::state"
+                ),
+                unmapped <- new_condvar!("ExportState::unmapped"),
+            }),
+            GFP_KERNEL,
+        );
+        let shared = match shared {
+            Ok(shared) => shared,
+            Err(e) => {
+                ctx.unexport(&region);
+                return Err(e);
+            }
+        };
+        // From here on, dropping `export` undoes what was done.
+        let mut export = Export {
+            ctx: ctx.clone(),
+            region,
+            window,
+            shared,
+            notifier: None,
+        };
+        let revoke = KBox::new(Revoke(export.shared.clone()), GFP_KERNEL)?;
+        // -ENXIO if NVIDIA freed the memory meanwhile.
+        export.notifier = Some(export.region.add_notifier(revoke)?);
+        let size = usize::try_from(window.len()).map_err(|_| EINVAL)?;
+        let shared = export.shared.clone();
+        let module = ctx.env().module;
+        let dmabuf = dma_buf::export(KBox::new(export, GFP_KERNEL)?, size, module)?;
+        shared.state.lock().dmabuf = dmabuf.as_ptr();
+        Ok(Made { dmabuf, window })
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        if let Some(id) = self.notifier {
+            // Waits for a revocation in progress; none comes afterwards.
+            self.region.remove_notifier(id);
+        }
+        self.ctx.unexport(&self.region);
+    }
+}
+
+impl Exporter for Export {
+    /// The importer's PCI function, for which the region is DMA-mapped.
+    type Attachment = ARef<pci::Device>;
+
+    fn attach(&self, attach: &Attach<'_>) -> Result<ARef<pci::Device>> {
+        // The addresses are PCI BAR pages with no `struct page`, and nothing but a stop can
+        // make an importer give them up.
+        if !attach.peer2peer || !attach.revocable {
+            return Err(sys::eopnotsupp());
+        }
+        // nv-p2p maps for PCI functions only.
+        let peer: &pci::Device = attach.dev.try_into().map_err(|_| sys::eopnotsupp())?;
+        let peer = ARef::from(peer);
+        if self.shared.state.lock().revoked {
+            return Err(ENXIO);
+        }
+        kapi::might_wait_for_invalidate();
+        // Once per region and device; freed with the region, after any revocation's stop.
+        self.region.pinned().dma_map(&peer)?;
+        Ok(peer)
+    }
+
+    fn map(&self, peer: &ARef<pci::Device>) -> Result<KVVec<Segment>> {
+        if self.shared.state.lock().revoked {
+            return Err(ENXIO);
+        }
+        let addrs = self.region.window_addresses(&self.window, Some(peer))?;
+        let segments = segments(&addrs)?;
+        let mut s = self.shared.state.lock();
+        // Revoked since the check: the revocation's invalidation, which waits for the
+        // reservation lock we hold, will reach this mapping; it is counted like any other.
+        s.mapped += 1;
+        Ok(segments)
+    }
+
+    fn unmapped(&self, _peer: &ARef<pci::Device>) {
+        self.shared.state.lock().mapped -= 1;
+        self.shared.unmapped.notify_all();
+    }
+}
+
+/// The DMA segments of a window's 64 KiB pages: runs of contiguous pages, each at most
+/// [`MAX_SEGMENT`] long.
+fn segments(addrs: &[u64]) -> Result<KVVec<Segment>> {
+    let page = crate::range::GPU_PAGE_SIZE;
+    let mut out = KVVec::new();
+    let mut run: Option<(u64, u64)> = None;
+    for &a in addrs {
+        run = match run {
+            Some((start, len)) if start + len == a && len + page <= MAX_SEGMENT => {
+                Some((start, len + page))
+            }
+            Some((start, len)) => {
+                out.push(segment(start, len), GFP_KERNEL)?;
+                Some((a, page))
+            }
+            None => Some((a, page)),
+        };
+    }
+    if let Some((start, len)) = run {
+        out.push(segment(start, len), GFP_KERNEL)?;
+    }
+    Ok(out)
+}
+
+fn segment(addr: u64, len: u64) -> Segment {
+    Segment {
+        addr,
+        // At most MAX_SEGMENT.
+        len: len as u32,
+    }
+}
+
+#[kernel::prelude::kunit_tests(gdrpeer_export)]
+mod tests {
+    use super::*;
+
+    const P: u64 = crate::range::GPU_PAGE_SIZE;
+
+    fn segs(addrs: &[u64]) -> KVVec<(u64, u32)> {
+        let mut v = KVVec::new();
+        for s in segments(addrs).unwrap().iter() {
+            v.push((s.addr, s.len), GFP_KERNEL).unwrap();
+        }
+        v
+    }
+
+    #[test]
+    fn contiguous_pages_make_one_segment() {
+        assert_eq!(&segs(&[0x1000_0000, 0x1000_0000 + P, 0x1000_0000 + 2 * P])[..], &[
+            (0x1000_0000, (3 * P) as u32)
+        ]);
+    }
+
+    #[test]
+    fn a_gap_starts_a_segment() {
+        assert_eq!(&segs(&[0x1000_0000, 0x2000_0000, 0x2000_0000 + P])[..], &[
+            (0x1000_0000, P as u32),
+            (0x2000_0000, (2 * P) as u32)
+        ]);
+    }
+
+    #[test]
+    fn segments_stop_at_the_limit() {
+        let n = (MAX_SEGMENT / P) as usize + 1;
+        let mut addrs = KVVec::new();
+        for i in 0..n {
+            addrs.push(0x1_0000_0000 + i as u64 * P, GFP_KERNEL).unwrap();
+        }
+        assert_eq!(&segs(&addrs)[..], &[
+            (0x1_0000_0000, MAX_SEGMENT as u32),
+            (0x1_0000_0000 + MAX_SEGMENT, P as u32)
+        ]);
+    }
+}
