@@ -595,8 +595,9 @@ impl Context {
     pub(crate) fn unexport(&self, region: &Arc<Region>) {
         let mut inner = self.inner.lock();
         region.book.access_mut(&mut inner).exports -= 1;
+        // No trim here: this may run in any process or a kernel thread (the dma-buf's last
+        // reference), which could not give evicted regions back; the next pin trims.
         self.drop_ref(&mut inner, region);
-        inner.trim(&params::limits());
     }
 
     /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
