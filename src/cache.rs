@@ -351,42 +351,8 @@ impl Context {
         sharing: Sharing,
         tokens: Tokens,
     ) -> Result<PinInfo> {
-        let sharing = if tokens.are_default() {
-            sharing
-        } else {
-            Sharing::Private
-        };
         let mut inner = self.inner.lock();
-        if inner.closed {
-            return Err(EBADF);
-        }
-        let cached = match sharing {
-            Sharing::Cached => inner.lookup(kind, &range),
-            Sharing::Private => None,
-        };
-        let region = match cached {
-            Some(region) => {
-                inner.stats.hits += 1;
-                GLOBAL.hits.add(1, Relaxed);
-                region
-            }
-            None => {
-                let region = match sharing {
-                    Sharing::Cached => self.pin_new(&mut inner, range, kind)?,
-                    Sharing::Private => {
-                        // Never in the tree: nothing hits it, and its handle's unpin releases
-                        // it.
-                        let region = self.pin_evicting(&mut inner, range, kind, tokens)?;
-                        inner.account(&region);
-                        region
-                    }
-                };
-                inner.stats.misses += 1;
-                GLOBAL.misses.add(1, Relaxed);
-                region
-            }
-        };
-        inner.take_ref(&region);
+        let region = self.acquire(&mut inner, range, kind, sharing, tokens)?;
         let handle = inner.next_handle;
         let node = self.watch(handle, &region).and_then(|event| {
             RBTree::try_create_and_insert(
@@ -413,6 +379,54 @@ impl Context {
             handle,
             window: range,
         })
+    }
+
+    /// The region that serves a pin of `range`, from the cache or pinned now, with a reference
+    /// taken for its new user ([`Context::pin`], [`Context::export_range`]).
+    fn acquire(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        range: GpuRange,
+        kind: PinKind,
+        sharing: Sharing,
+        tokens: Tokens,
+    ) -> Result<Arc<Region>> {
+        let sharing = if tokens.are_default() {
+            sharing
+        } else {
+            Sharing::Private
+        };
+        if inner.closed {
+            return Err(EBADF);
+        }
+        let cached = match sharing {
+            Sharing::Cached => inner.lookup(kind, &range),
+            Sharing::Private => None,
+        };
+        let region = match cached {
+            Some(region) => {
+                inner.stats.hits += 1;
+                GLOBAL.hits.add(1, Relaxed);
+                region
+            }
+            None => {
+                let region = match sharing {
+                    Sharing::Cached => self.pin_new(inner, range, kind)?,
+                    Sharing::Private => {
+                        // Never in the tree: nothing hits it, and its handle's unpin releases
+                        // it.
+                        let region = self.pin_evicting(inner, range, kind, tokens)?;
+                        inner.account(&region);
+                        region
+                    }
+                };
+                inner.stats.misses += 1;
+                GLOBAL.misses.add(1, Relaxed);
+                region
+            }
+        };
+        inner.take_ref(&region);
+        Ok(region)
     }
 
     /// In a context with events, registers the notifier that queues the revocation of
@@ -587,6 +601,26 @@ impl Context {
         inner.take_ref(&region);
         region.book.access_mut(&mut inner).exports += 1;
         Ok((region, window))
+    }
+
+    /// Pins `range` from the cache, as a pin without tokens would be, for a dma-buf of it
+    /// ([`Context::export`]): the dma-buf's reference is the only one taken, and no handle is
+    /// made (so no event either). Returns the region and the window.
+    pub(crate) fn export_range(
+        self: &Arc<Self>,
+        range: GpuRange,
+    ) -> Result<(Arc<Region>, GpuRange)> {
+        let mut inner = self.inner.lock();
+        let region = self.acquire(
+            &mut inner,
+            range,
+            PinKind::Callback,
+            Sharing::Cached,
+            Tokens::default(),
+        )?;
+        region.book.access_mut(&mut inner).exports += 1;
+        inner.trim(&params::limits());
+        Ok((region, range))
     }
 
     /// Drops a dma-buf's reference ([`Context::export`]). The region goes back to the cache,

@@ -30,7 +30,7 @@ use kernel::{
 
 use crate::{
     cache::{Context, Sharing},
-    export::Export,
+    export::{Export, Window},
     files::{self, CpuMap, OpenFile},
     fops::{self, PollOps, Pollable},
     nv_p2p::{self, PinKind, Tokens},
@@ -315,16 +315,12 @@ fn export_dmabuf(ctx: &Arc<Context>, user: UserSlice) -> Result {
         return Err(EINVAL);
     }
     let fd = FileDescriptorReservation::get_unused_fd_flags(bindings::O_CLOEXEC)?;
-    let made = if e.handle != 0 {
-        Export::create(ctx, e.handle)?
+    let what = if e.handle != 0 {
+        Window::Handle(e.handle)
     } else {
-        let range = GpuRange::new(e.va, e.len, params::max_pin_bytes())?;
-        let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
-        // The dma-buf holds the region itself: the handle is only the way to it.
-        let made = Export::create(ctx, info.handle);
-        let _ = ctx.unpin(info.handle, || {});
-        made?
+        Window::Range(GpuRange::new(e.va, e.len, params::max_pin_bytes())?)
     };
+    let made = Export::create(ctx, what)?;
     e.fd = fd.reserved_fd() as i32;
     e.page_count = made.window.page_count();
     e.aligned_va = made.window.start();

@@ -115,11 +115,21 @@ pub(crate) struct Made {
     pub(crate) window: GpuRange,
 }
 
+/// What to export.
+pub(crate) enum Window {
+    /// A handle's window. The handle may go afterwards: the dma-buf holds the region itself.
+    Handle(u64),
+    /// A range pinned from the cache for the dma-buf alone (no handle, no event).
+    Range(GpuRange),
+}
+
 impl Export {
-    /// Exports `handle`'s window of `ctx` as a dma-buf. The handle may go afterwards: the
-    /// dma-buf holds the region itself.
-    pub(crate) fn create(ctx: &Arc<Context>, handle: u64) -> Result<Made> {
-        let (region, window) = ctx.export(handle)?;
+    /// Exports a window of `ctx` as a dma-buf.
+    pub(crate) fn create(ctx: &Arc<Context>, what: Window) -> Result<Made> {
+        let (region, window) = match what {
+            Window::Handle(handle) => ctx.export(handle)?,
+            Window::Range(range) => ctx.export_range(range)?,
+        };
         let shared = Arc::pin_init(
             pin_init!(ExportState {
                 state <- new_spinlock!(

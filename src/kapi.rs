@@ -35,7 +35,7 @@ use kernel::{
 use crate::{
     cache::{Context, Notifier, Region, Sharing},
     env::Env,
-    export::Export,
+    export::{Export, Window},
     nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -260,11 +260,7 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             return Err(EACCES);
         }
         let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-        let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
-        // The dma-buf holds the region itself: the handle is only the way to it.
-        let made = Export::create(ctx, info.handle);
-        let _ = ctx.unpin(info.handle, || {});
-        let made = made?;
+        let made = Export::create(ctx, Window::Range(range))?;
         // SAFETY: `offset` is writable (the function's contract).
         unsafe { offset.write(made.window.offset()) };
         Ok(made.dmabuf.into_raw().cast())
