@@ -36,7 +36,7 @@ test_get_version() {
 	ensure_loaded nvsim gdrpeer
 	out=$(gdrpeer info) || fail "gdrpeer info failed: $out"
 	echo "$out"
-	echo "$out" | grep -q "module ABI: *1\.3 " || fail "unexpected ABI line"
+	echo "$out" | grep -q "module ABI: *1\.4 " || fail "unexpected ABI line"
 }
 
 # gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
