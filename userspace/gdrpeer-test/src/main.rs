@@ -68,6 +68,7 @@ fn main() -> ExitCode {
         Some("--demo") => return narrated(demo::run()),
         Some("--demo-nic") => return narrated(demo::nic()),
         Some("--demo-mmap") => return narrated(demo::mmap()),
+        Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
