@@ -10,7 +10,7 @@
 //! Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded, and libcuda.so.1.
 
 use crate::helpers::{
-    all_released, dev, fails, gstat, ok, p2pclient_addresses, param, pattern, K64,
+    dev, eventually, fails, gdrpeer_idle, gstat, ok, p2pclient_addresses, param, pattern, K64,
 };
 use crate::nic::{
     check_freed, expect_err, nic, nstat, under_way, DmabufMr, Nic, DMABUF_KAPI,
@@ -542,7 +542,12 @@ fn close_order(order: CloseOrder) -> TestResult {
         check_eq!(ok(d.stats(), "stats")?.handles, 0, "handles");
         drop(d);
     }
-    all_released()
+    // Released by the last of them, with the NIC's file (a gdrpeer context) still open.
+    eventually(5, "the region released", || {
+        Ok(stat("pins_live")? == 0 && gstat("regions")? == 0)
+    })?;
+    drop(n);
+    gdrpeer_idle()
 }
 
 fn close_fd_then_unpin() -> TestResult {
@@ -644,6 +649,39 @@ fn exports_of_a_cached_region_call_no_driver() -> TestResult {
     )?;
     for imp in &held {
         n.dereg(imp.mr.handle).map_err(errno)?;
+    }
+    Ok(())
+}
+
+/// EXPORT_DMABUF of a range pins it as PIN would, under a handle of the file that the caller
+/// never learns. NVIDIA freeing the memory during the export (nvsim's `free_on_pin`, after
+/// several delays) ends it with ENXIO, or with a dma-buf of revoked memory that no importer
+/// can map; either way the file reports no event: events name handles the caller has.
+fn export_racing_a_free_queues_no_event() -> TestResult {
+    use gdrpeer::EventSource;
+    let gpu = nvsim::Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    let n = nic()?;
+    for delay in [0, 20, 100, 500, 2000] {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        nvsim::testing::debugfs("free_on_pin", &format!("{id} {delay}"))?;
+        match d.export_dmabuf_range(va, K64) {
+            Ok(buf) => {
+                eventually(2, "the memory freed", || Ok(gpu.query(va).is_err()))?;
+                expect_err(
+                    n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64),
+                    Errno::NXIO,
+                    "import of a dma-buf whose memory was freed",
+                )?;
+            }
+            Err(e) => check_eq!(e.errno(), Some(Errno::NXIO), "export racing the free"),
+        }
+        let events = ok(d.try_read_events(), "events")?;
+        check!(
+            events.is_empty(),
+            "EXPORT_DMABUF racing a free (delay {delay} us) queued {events:?}, for handles the \
+             caller never had"
+        );
     }
     Ok(())
 }
@@ -873,4 +911,8 @@ pub const TESTS: &[Test] = &[
         exports_of_a_cached_region_call_no_driver,
     ),
     ("gdrpeer-dmabuf-export-bad-input", export_bad_input),
+    (
+        "gdrpeer-dmabuf-export-racing-a-free-queues-no-event",
+        export_racing_a_free_queues_no_event,
+    ),
 ];

@@ -233,7 +233,9 @@ impl Fuzzer {
             words[1] = handle;
         }
         if cmd == uapi::IOCTL_EXPORT_DMABUF && rng.bool() {
-            // A handle alone, or a range in GPU memory alone (what succeeds), mostly.
+            // What succeeds, mostly: the right size, no flags, a handle alone or a range in
+            // GPU memory alone.
+            words[0] = u64::from(size_field);
             match (rng.u32(0..2), gpu) {
                 (0, Some((va, len))) => {
                     words[1] = 0;
@@ -444,12 +446,13 @@ impl Fuzzer {
     }
 
     /// One operation on a kept dma-buf: a dma-buf ioctl, an mmap (which must fail), an
-    /// import into the NIC (and a transfer through it now and then), or a close.
-    fn one_dmabuf_op(&self, rng: &mut fastrand::Rng, local: &mut Local) {
+    /// import into the NIC (and a transfer through it now and then), or a close. False when
+    /// none is kept.
+    fn one_dmabuf_op(&self, rng: &mut fastrand::Rng, local: &mut Local) -> bool {
         let fd = {
             let kept = self.dmabufs.lock().unwrap();
             if kept.is_empty() {
-                return;
+                return false;
             }
             kept[rng.usize(0..kept.len())]
         };
@@ -526,6 +529,7 @@ impl Fuzzer {
         };
         self.calls.fetch_add(1, Relaxed);
         *self.errnos.lock().unwrap().entry(name).or_default() += 1;
+        true
     }
 
     /// Imports dma-buf `fd` into the thread's NIC file with random flags, offset and length
@@ -560,7 +564,15 @@ impl Fuzzer {
                 }
             }
             (false, 0) => (self.value(rng), self.value(rng)),
-            (false, _) => (rng.u64(0..4 * K64), rng.u64(1..=2 * K64)),
+            (false, _) => {
+                // Inside the dma-buf, mostly: its size is where SEEK_END goes.
+                // SAFETY: lseek on a descriptor number; a wrong one fails.
+                let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(1) as u64;
+                let offset = rng.u64(0..size);
+                // One byte past the end now and then.
+                let end = size - offset + rng.u64(0..2);
+                (offset, rng.u64(1..=end))
+            }
         };
         let name = match n.reg_dmabuf(fd, flags, offset, len) {
             Ok(mr) => {
@@ -577,8 +589,8 @@ impl Fuzzer {
     }
 
     fn one_call(&self, rng: &mut fastrand::Rng, local: &mut Local) {
-        if rng.u32(0..12) == 0 {
-            return self.one_dmabuf_op(rng, local);
+        if rng.u32(0..12) == 0 && self.one_dmabuf_op(rng, local) {
+            return;
         }
         if !self.gdrdrv.is_empty() && rng.u32(0..3) == 0 {
             let fd = self.gdrdrv[rng.usize(0..self.gdrdrv.len())].load(Relaxed);
