@@ -329,9 +329,10 @@ pub fn dmabuf() -> TestResult {
         Ok(_) => return Err("a new import of freed memory succeeded".into()),
         Err(e) => println!("    a new import now: {e}"),
     }
-    println!("# the NIC drops the registration and the program closes the dma-buf");
+    println!("# the NIC drops the registration and the program closes the dma-buf and the NIC");
     n.dereg(mr.handle).map_err(errno)?;
     drop(buf);
+    drop(n);
     crate::helpers::gdrpeer_idle()?;
     show_dmabuf_counters()?;
     println!(
