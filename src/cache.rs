@@ -595,8 +595,9 @@ impl Context {
     pub(crate) fn unexport(&self, region: &Arc<Region>) {
         let mut inner = self.inner.lock();
         region.book.access_mut(&mut inner).exports -= 1;
+        // No trim here: this may run in any process or a kernel thread (the dma-buf's last
+        // reference), which could not give evicted regions back; the next pin trims.
         self.drop_ref(&mut inner, region);
-        inner.trim(&params::limits());
     }
 
     /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
@@ -758,7 +759,8 @@ impl Region {
     }
 
     /// Registers a front-end's notifier: called once if NVIDIA frees the region. Fails with
-    /// -ENXIO if it is freed already.
+    /// -ENXIO if it was freed before the notifier could be registered; a free that raced with
+    /// the registration has called the notifier by the time this returns `Ok`.
     pub(crate) fn add_notifier(&self, notifier: KBox<dyn Notifier>) -> Result<u64> {
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         let id = {
@@ -769,9 +771,11 @@ impl Region {
             id
         };
         // The callback marks the pin revoked before it takes the list: if it has not yet,
-        // it will call this notifier.
-        if self.pinned.is_revoked() {
-            self.remove_notifier(id);
+        // it will call this notifier. If it has, the notifier is either still in the list
+        // (the callback took the list before it was inserted: it is never called, and goes),
+        // or was taken and called: then it is registered like any other, and the caller must
+        // not report the free a second time.
+        if self.pinned.is_revoked() && self.remove_notifier(id) {
             return Err(ENXIO);
         }
         Ok(id)

@@ -11,8 +11,7 @@
 //! [`CpuMap`]: crate::files::CpuMap
 
 use kernel::{
-    debugfs,
-    bindings,
+    bindings, debugfs,
     fs::{file::FileDescriptorReservation, File, Kiocb},
     ioctl::_IOC_SIZE,
     iov::IovIterDest,

@@ -85,7 +85,8 @@ impl Exported {
     pub(crate) fn install(self, fd: FileDescriptorReservation) {
         // SAFETY: a dma-buf's reference is a reference to its file (the core's `dma_buf_put`
         // is `fput`), owned by `self` (type invariant) and handed to the `ARef` here.
-        let file = unsafe { ARef::<File>::from_raw(NonNull::new_unchecked((*self.as_ptr()).file.cast())) };
+        let file =
+            unsafe { ARef::<File>::from_raw(NonNull::new_unchecked((*self.as_ptr()).file.cast())) };
         core::mem::forget(self);
         fd.fd_install(file);
     }
@@ -116,7 +117,7 @@ pub(crate) fn export<E: Exporter>(
     let info = bindings::dma_buf_export_info {
         exp_name: c"gdrpeer".as_char_ptr(),
         owner: module.as_ptr(),
-        ops: &Ops::<E>::VTABLE,
+        ops: Ops::<E>::vtable(),
         size,
         flags: (bindings::O_RDWR | bindings::O_CLOEXEC) as c_int,
         resv: core::ptr::null_mut(),
@@ -175,6 +176,11 @@ impl<E: Exporter> Ops<E> {
         // `None`.
         ..unsafe { core::mem::zeroed() }
     };
+
+    /// The table, as the `'static` reference the core keeps.
+    const fn vtable() -> &'static bindings::dma_buf_ops {
+        &Self::VTABLE
+    }
 
     /// The exporter of a dma-buf of ours.
     ///
@@ -288,7 +294,10 @@ impl<E: Exporter> Ops<E> {
 fn sg_table(segments: &[Segment]) -> Result<*mut bindings::sg_table> {
     let n = u32::try_from(segments.len()).map_err(|_| EINVAL)?;
     // SAFETY: an all-zero `sg_table` is the empty table that `sg_alloc_table` fills.
-    let sgt = KBox::new(unsafe { core::mem::zeroed::<bindings::sg_table>() }, GFP_KERNEL)?;
+    let sgt = KBox::new(
+        unsafe { core::mem::zeroed::<bindings::sg_table>() },
+        GFP_KERNEL,
+    )?;
     let sgt = KBox::into_raw(sgt);
     // SAFETY: `sgt` is an empty table of ours.
     if let Err(e) = to_result(unsafe { bindings::sg_alloc_table(sgt, n, bindings::GFP_KERNEL) }) {

@@ -260,17 +260,18 @@ mod tests {
 
     #[test]
     fn contiguous_pages_make_one_segment() {
-        assert_eq!(&segs(&[0x1000_0000, 0x1000_0000 + P, 0x1000_0000 + 2 * P])[..], &[
-            (0x1000_0000, (3 * P) as u32)
-        ]);
+        assert_eq!(
+            &segs(&[0x1000_0000u64, 0x1000_0000 + P, 0x1000_0000 + 2 * P])[..],
+            &[(0x1000_0000u64, (3 * P) as u32)]
+        );
     }
 
     #[test]
     fn a_gap_starts_a_segment() {
-        assert_eq!(&segs(&[0x1000_0000, 0x2000_0000, 0x2000_0000 + P])[..], &[
-            (0x1000_0000, P as u32),
-            (0x2000_0000, (2 * P) as u32)
-        ]);
+        assert_eq!(
+            &segs(&[0x1000_0000u64, 0x2000_0000, 0x2000_0000 + P])[..],
+            &[(0x1000_0000u64, P as u32), (0x2000_0000, (2 * P) as u32)]
+        );
     }
 
     #[test]
@@ -278,11 +279,16 @@ mod tests {
         let n = (MAX_SEGMENT / P) as usize + 1;
         let mut addrs = KVVec::new();
         for i in 0..n {
-            addrs.push(0x1_0000_0000 + i as u64 * P, GFP_KERNEL).unwrap();
+            addrs
+                .push(0x1_0000_0000 + i as u64 * P, GFP_KERNEL)
+                .unwrap();
         }
-        assert_eq!(&segs(&addrs)[..], &[
-            (0x1_0000_0000, MAX_SEGMENT as u32),
-            (0x1_0000_0000 + MAX_SEGMENT, P as u32)
-        ]);
+        assert_eq!(
+            &segs(&addrs)[..],
+            &[
+                (0x1_0000_0000u64, MAX_SEGMENT as u32),
+                (0x1_0000_0000 + MAX_SEGMENT, P as u32)
+            ]
+        );
     }
 }

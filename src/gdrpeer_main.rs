@@ -33,15 +33,15 @@
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
 //! 1. Kernel services the `kernel` crate lacks ([`sys`], PFN mappings for user space in
-//!    [`vma`], `poll` for misc devices in [`fops`]) and the nv-p2p wrapper ([`nv_p2p`], with
-//!    the table gate [`gate`]).
+//!    [`vma`], `poll` for misc devices in [`fops`], dma-buf export in [`dma_buf`]) and the
+//!    nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
 //!    ([`params`]), counters ([`stats`]), the module environment ([`env`]), the cache
 //!    ([`cache`]) and its invalidation events ([`events`]).
 //! 3. The front-ends, which know the engine and not one another: `/dev/gdrpeer`
 //!    ([`chardev`], with its uAPI in [`uapi`]), `/dev/gdrdrv` ([`gdrdrv`]), both over what
-//!    file front-ends share ([`files`]: CPU mappings, event reads), and the kernel API
-//!    ([`kapi`]).
+//!    file front-ends share ([`files`]: CPU mappings, event reads), dma-buf export of windows
+//!    ([`export`], for `/dev/gdrpeer` and the kernel API), and the kernel API ([`kapi`]).
 //!
 //! # Lock order
 //!
@@ -56,7 +56,8 @@
 //! 4. `Pinned::state` (spinlock, [`nv_p2p`]): one pin's phase and readers;
 //!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers; `Mappings::state`
 //!    (spinlock, [`cache`]): a handle's mappings and their faults; `Events::queue` (spinlock,
-//!    [`events`]): a context's events. Never held together, never held across a call out of
+//!    [`events`]): a context's events; `ExportState::state` (spinlock, [`export`]): a
+//!    dma-buf's revocation and its importers' mappings. Never held together, never held across a call out of
 //!    gdrpeer, never held while sleeping (the waits for a notifier in progress and for faults
 //!    release theirs).
 //!
@@ -76,6 +77,12 @@
 //! mappings under it, once its faults left). A fault takes only lock 4 and the page-table lock,
 //! never `i_mmap_rwsem` nor lock 1; a vma's `close` takes no lock of the engine's and calls
 //! no nv-p2p function; the callback never takes `mmap_lock`.
+//!
+//! dma-buf export ([`export`] over [`dma_buf`]) brings each dma-buf's reservation lock in,
+//! between 3 and 4: the free callback's notifiers take it to invalidate the importers (and
+//! release it before they wait for the importers' unmaps); `map_dma_buf` and `unmap_dma_buf`
+//! run under it and take only locks of level 4. `attach`, which calls nv-p2p, runs without it,
+//! as does a dma-buf's `release` (which takes lock 1).
 
 // The layers, each using only those above it (Documentation/design.rst, "Source map"):
 // kernel services and the nv-p2p wrapper; the pin engine; the front-ends.

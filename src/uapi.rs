@@ -24,9 +24,8 @@ mod bindings {
 
 pub(crate) use bindings::{
     gdrpeer_cache_stats as CacheStats, gdrpeer_dma_map as DmaMap, gdrpeer_event as Event,
-    gdrpeer_export_dmabuf as ExportDmabuf,
-    gdrpeer_get_pages as GetPages, gdrpeer_info as Info, gdrpeer_pin as Pin,
-    gdrpeer_stats as Stats, gdrpeer_unpin as Unpin, gdrpeer_version as Version,
+    gdrpeer_export_dmabuf as ExportDmabuf, gdrpeer_get_pages as GetPages, gdrpeer_info as Info,
+    gdrpeer_pin as Pin, gdrpeer_stats as Stats, gdrpeer_unpin as Unpin, gdrpeer_version as Version,
 };
 
 /// Implements [`FromBytes`] and [`AsBytes`] for uAPI structs.
@@ -39,7 +38,18 @@ macro_rules! plain_data {
         unsafe impl AsBytes for $t {}
     )*};
 }
-plain_data!(Version, Pin, Unpin, Info, GetPages, DmaMap, CacheStats, Stats, Event, ExportDmabuf);
+plain_data!(
+    Version,
+    Pin,
+    Unpin,
+    Info,
+    GetPages,
+    DmaMap,
+    CacheStats,
+    Stats,
+    Event,
+    ExportDmabuf
+);
 
 /// Pin flag: no free callback (`GDRPEER_PIN_PERSISTENT`).
 pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
