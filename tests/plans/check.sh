@@ -36,7 +36,7 @@ test_get_version() {
 	ensure_loaded nvsim gdrpeer
 	out=$(gdrpeer info) || fail "gdrpeer info failed: $out"
 	echo "$out"
-	echo "$out" | grep -q "module ABI: *1\.3 " || fail "unexpected ABI line"
+	echo "$out" | grep -q "module ABI: *1\.4 " || fail "unexpected ABI line"
 }
 
 # gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
@@ -64,6 +64,17 @@ test_cli_events() {
 	done
 	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
 	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
+}
+
+# gdrpeer dmabuf: a range of a cuMemAlloc'd buffer exported, the window and
+# what the dma-buf core says of it (fdinfo).
+test_cli_dmabuf() {
+	ensure_loaded nvsim gdrpeer
+	out=$(gdrpeer dmabuf --alloc 0x30000 --offset 100 --len 70000 2>&1) || fail "gdrpeer dmabuf: $out"
+	echo "$out"
+	echo "$out" | grep -q "^pages: *2$" || fail "not 2 pages"
+	echo "$out" | grep -q "^size: *131072$" || fail "not 128 KiB"
+	echo "$out" | grep -q "^fdinfo: .*size 131072, .*exp_name gdrpeer" || fail "fdinfo"
 }
 
 test_rmmod_order() {
@@ -208,6 +219,7 @@ run_plan() {
 	t gdrpeer-get-version test_get_version
 	t cli-gdrdrv-info test_cli_gdrdrv_info
 	t cli-events test_cli_events
+	t cli-dmabuf test_cli_dmabuf
 	t rmmod-order test_rmmod_order
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002

@@ -8,4 +8,5 @@ run_plan() {
 	t demo-pin-cache-revoke demo_pin_cache_revoke
 	t demo-mmap-write-read-free demo_mmap
 	t demo-nic-round-trip demo_nic_round_trip
+	t demo-dmabuf-nic-invalidate demo_dmabuf
 }

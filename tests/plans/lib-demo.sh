@@ -49,3 +49,13 @@ demo_nic_round_trip() {
 	gdrpeer-test --demo-nic || fail "demo"
 	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
 }
+
+demo_dmabuf() {
+	echo "# nvsim, gdrpeer and the sample NIC; the program uses (simulated) libcuda"
+	load $M/nvsim.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 && load $M/gdrnic.ko ||
+		fail "load"
+	gdrpeer-test --demo-dmabuf || fail "demo"
+	echo "# gdrnic's counters (debugfs gdrnic/stats)"
+	cat /sys/kernel/debug/gdrnic/stats
+	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+}

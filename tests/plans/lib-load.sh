@@ -17,11 +17,13 @@ stress_run() {
 	return $rc
 }
 
-# fuzz_run CALLS THREADS SEED: nvsim and gdrpeer, then gdrpeer-test --fuzz
+# fuzz_run CALLS THREADS SEED: nvsim, gdrpeer and the sample NIC (which
+# imports the dma-bufs the fuzzer exports), then gdrpeer-test --fuzz
 # (userspace/gdrpeer-test/src/fuzz.rs).
 fuzz_run() {
 	unload_nv_stack
-	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko || fail "load"
+	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko invalidate_warn_ms=1000 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-test --fuzz "$@"
 	rc=$?
 	unload_nv_stack

@@ -36,6 +36,7 @@ run_plan() {
 	t demo-pin-cache-revoke$S demo_pin_cache_revoke
 	t demo-mmap-write-read-free$S demo_mmap
 	t demo-nic-round-trip$S demo_nic_round_trip
+	t demo-dmabuf-nic-invalidate$S demo_dmabuf
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite

@@ -70,6 +70,23 @@ enum Command {
         #[arg(long, default_value = gdrpeer::gdrdrv::DEFAULT_PATH)]
         path: String,
     },
+    /// Allocate GPU memory (cuMemAlloc), export a range of it as a dma-buf (module ABI 1.4)
+    /// and show the dma-buf: its descriptor, window, and what the kernel says of it. An
+    /// importer (an RDMA driver) would take the descriptor and the offset.
+    Dmabuf {
+        /// Bytes to allocate (decimal, or hex with 0x).
+        #[arg(long = "alloc", value_name = "BYTES", value_parser = parse_number)]
+        size: u64,
+        /// Where the range starts in the allocation.
+        #[arg(long, value_name = "BYTES", value_parser = parse_number, default_value = "0")]
+        offset: u64,
+        /// Bytes to export: by default, the rest of the allocation.
+        #[arg(long, value_name = "BYTES", value_parser = parse_number)]
+        len: Option<u64>,
+        /// Keep the dma-buf this many seconds before closing it.
+        #[arg(long, value_name = "SECONDS")]
+        hold: Option<u64>,
+    },
     /// A quick end-to-end look with CUDA: allocate, register through the user-space cache,
     /// hit, free and reallocate (the BUFFER_ID tag check), free. Exits with status 3 when no
     /// CUDA driver library can be loaded.
@@ -132,7 +149,7 @@ fn main() -> ExitCode {
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::NoCuda(e)) => {
-            eprintln!("gdrpeer: {e} (demo and events need a CUDA driver)");
+            eprintln!("gdrpeer: {e} (demo, events and dmabuf need a CUDA driver)");
             ExitCode::from(NO_CUDA)
         }
         Err(e) => {
@@ -303,7 +320,9 @@ fn watch<S: gdrpeer::EventSource>(
 fn run(cli: &Cli) -> Result<(), CliError> {
     // The demo and events say first whether there is CUDA at all.
     let cuda = match cli.command {
-        Command::Demo | Command::Events { .. } => Some(gdrpeer::cuda::Cuda::load()?),
+        Command::Demo | Command::Events { .. } | Command::Dmabuf { .. } => {
+            Some(gdrpeer::cuda::Cuda::load()?)
+        }
         _ => None,
     };
     match &cli.command {
@@ -386,6 +405,19 @@ fn run(cli: &Cli) -> Result<(), CliError> {
             })?
         }
         Command::GdrdrvInfo { .. } => {}
+        Command::Dmabuf {
+            size,
+            offset,
+            len,
+            hold,
+        } => {
+            let cu = cuda.as_ref().expect("loaded above");
+            let len = len.unwrap_or(size.saturating_sub(*offset));
+            let va = cu.mem_alloc(*size as usize)?;
+            let shown = show_dmabuf(&dev, va + offset, len, *hold);
+            cu.mem_free(va)?;
+            shown?;
+        }
         Command::Stats => {
             let stats = dev.stats()?;
             println!("{:<18} {:>14} {:>14}", "counter", "this file", "all files");
@@ -399,6 +431,33 @@ fn run(cli: &Cli) -> Result<(), CliError> {
                 println!("{name:<18} {mine:>14} {all:>14}");
             }
         }
+    }
+    Ok(())
+}
+
+/// `dmabuf`: exports `[va, va + len)` and prints the dma-buf; keeps it `hold` seconds.
+fn show_dmabuf(dev: &Device, va: u64, len: u64, hold: Option<u64>) -> Result<(), CliError> {
+    use std::os::fd::AsRawFd;
+    let buf = dev.export_dmabuf_range(va, len)?;
+    let fd = buf.fd.as_raw_fd();
+    println!("range:      {va:#x} + {len:#x}");
+    println!("fd:         {fd}");
+    println!("aligned va: {:#x}", buf.aligned_va);
+    println!("offset:     {:#x}", buf.offset);
+    println!("pages:      {}", buf.page_count);
+    println!("size:       {}", buf.size);
+    // What the dma-buf core says of it (name, size, references).
+    if let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")) {
+        let fields: Vec<String> = info
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(k, _)| ["size", "count", "exp_name", "name"].contains(k))
+            .map(|(k, v)| format!("{k} {}", v.trim()))
+            .collect();
+        println!("fdinfo:     {}", fields.join(", "));
+    }
+    if let Some(secs) = hold {
+        thread::sleep(Duration::from_secs(secs));
     }
     Ok(())
 }
@@ -475,5 +534,24 @@ mod tests {
         assert!(Cli::try_parse_from(["gdrpeer", "pages", "zz", "1"]).is_err());
         assert!(Cli::try_parse_from(["gdrpeer", "stats"]).is_ok());
         assert!(Cli::try_parse_from(["gdrpeer", "demo"]).is_ok());
+
+        let cli = Cli::try_parse_from([
+            "gdrpeer", "dmabuf", "--alloc", "0x30000", "--offset", "100", "--len", "5000",
+        ])
+        .unwrap();
+        let Command::Dmabuf {
+            size,
+            offset,
+            len,
+            hold,
+        } = cli.command
+        else {
+            panic!("not dmabuf");
+        };
+        assert_eq!((size, offset, len, hold), (0x30000, 100, Some(5000), None));
+        assert!(
+            Cli::try_parse_from(["gdrpeer", "dmabuf"]).is_err(),
+            "--alloc is required"
+        );
     }
 }

@@ -2,7 +2,8 @@
 
 //! `gdrpeer-test --demo`: the main job told step by step (`make demo`): pin GPU memory, serve
 //! a second request from the cache, let the driver free the memory under the pin, show the
-//! counters.
+//! counters. The other demos: the sample NIC's round trip (`--demo-nic`), a CPU mapping
+//! (`--demo-mmap`), and a dma-buf the NIC imports (`--demo-dmabuf`).
 
 use crate::helpers::{dev, edu, ok, K64};
 use crate::nic::Nic;
@@ -228,4 +229,115 @@ pub fn mmap_child() -> TestResult {
     println!("# the program touches the mapping again");
     m.write(at, b"?");
     Err("the touch after cuMemFree went through".into())
+}
+
+/// gdrnic's dma-buf counters, one line.
+fn show_dmabuf_counters() -> TestResult {
+    let n = |k| crate::nic::nstat(k);
+    println!(
+        "    gdrnic: {} dma-buf imports, {} maps, {} invalidations; nvsim: {} pins, {} DMA \
+         mappings",
+        n("dmabuf_imports")?,
+        n("dmabuf_maps")?,
+        n("dmabuf_invalidations")?,
+        stat("pins_live")?,
+        stat("dma_mappings_live")?
+    );
+    Ok(())
+}
+
+/// `gdrpeer-test --demo-dmabuf`: GPU -> NIC -> GPU through a dma-buf that gdrpeer exports
+/// (EXPORT_DMABUF) and the sample NIC imports as an RDMA driver imports one for
+/// ibv_reg_dmabuf_mr(); then cuMemFree while it is imported: the importer is invalidated
+/// before the memory goes, and the NIC can no longer reach it.
+pub fn dmabuf() -> TestResult {
+    use rustix::fd::AsRawFd;
+    const MSG: &[u8] = b"written with cuMemcpyHtoD, read by the NIC through a dma-buf";
+    crate::sanity::load()?;
+    let cu = crate::sanity::cu();
+    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
+    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
+    let size = nvsim::POOL_BLOCK as usize;
+    let p = cu.mem_alloc(size).map_err(cuda)?;
+    let at = 2 * K64 - 20;
+    cu.copy_to_device(p + at, MSG).map_err(cuda)?;
+    println!("    buffer {p:#x}; message at + {at:#x}, across a 64 KiB page boundary");
+
+    println!("# EXPORT_DMABUF of 200 KiB from buffer + 100: a dma-buf of whole GPU pages");
+    let d = dev()?;
+    let buf = ok(d.export_dmabuf_range(p + 100, 200 << 10), "export")?;
+    println!(
+        "    fd {}: GPU va {:#x}, {} pages, {} KiB; the buffer + 100 is at offset {}",
+        buf.fd.as_raw_fd(),
+        buf.aligned_va,
+        buf.page_count,
+        buf.size >> 10,
+        buf.offset
+    );
+    let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", buf.fd.as_raw_fd()))
+        .map_err(|e| e.to_string())?;
+    for l in fdinfo
+        .lines()
+        .filter(|l| l.starts_with("exp_name") || l.starts_with("size"))
+    {
+        println!("    fdinfo: {}", l.replace('\t', " "));
+    }
+    println!("# the program closes /dev/gdrpeer: the dma-buf holds the memory pinned itself");
+    drop(d);
+
+    println!("# the NIC imports it (/dev/gdrnic REG_DMABUF: a dynamic attachment, peer to peer)");
+    let n = Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?;
+    let mr = n
+        .reg_dmabuf(buf.fd.as_raw_fd(), 0, buf.offset, 200 << 10)
+        .map_err(errno)?;
+    println!(
+        "    registration {}: mapped in {} DMA segment(s)",
+        mr.handle, mr.nents
+    );
+    show_dmabuf_counters()?;
+
+    println!("# SEND: the NIC reads the message from the GPU BAR by DMA");
+    let off = at - 100;
+    let sent = n.send(mr.handle, off, MSG.len()).map_err(errno)?;
+    show_bytes("the NIC got", &sent);
+    if sent != MSG {
+        return Err("the NIC got other bytes than cuMemcpyHtoD wrote".into());
+    }
+    println!("# RECEIVE: the NIC writes a reply; cuMemcpyDtoH reads it");
+    let reply = b"reply from the NIC, written by DMA into the dma-buf's pages";
+    n.recv(mr.handle, off, reply).map_err(errno)?;
+    let mut back = vec![0u8; reply.len()];
+    cu.copy_from_device(&mut back, p + at).map_err(cuda)?;
+    show_bytes("cuMemcpyDtoH", &back);
+    if back != reply {
+        return Err("cuMemcpyDtoH does not find the reply".into());
+    }
+
+    println!("# cuMemFree while the NIC has the dma-buf imported: NVIDIA's free callback");
+    let before = crate::nic::nstat("dmabuf_invalidations")?;
+    cu.mem_free(p).map_err(cuda)?;
+    println!(
+        "    the NIC was invalidated {} time(s) before cuMemFree returned",
+        crate::nic::nstat("dmabuf_invalidations")? - before
+    );
+    show_dmabuf_counters()?;
+    match n.send(mr.handle, off, MSG.len()) {
+        Ok(_) => return Err("the NIC still reached freed memory".into()),
+        Err(e) => println!("    SEND now: {e}"),
+    }
+    match n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64) {
+        Ok(_) => return Err("a new import of freed memory succeeded".into()),
+        Err(e) => println!("    a new import now: {e}"),
+    }
+    println!("# the NIC drops the registration and the program closes the dma-buf and the NIC");
+    n.dereg(mr.handle).map_err(errno)?;
+    drop(buf);
+    drop(n);
+    crate::helpers::gdrpeer_idle()?;
+    show_dmabuf_counters()?;
+    println!(
+        "    nvsim: {} writes into freed GPU pages",
+        stat("freed_page_writes")?
+    );
+    Ok(())
 }

@@ -18,10 +18,19 @@
 //! when it is a shared mapping inside a pinned window, or fail with one of the errnos
 //! mmap's documentation gives ([`MMAP_ERRNOS`]); a mapping made is unmapped untouched.
 //!
+//! EXPORT_DMABUF is among gdrpeer's commands (handles real and random, ranges in GPU memory
+//! and not). The dma-bufs it makes are kept, a few at a time, and fuzzed in turn: the
+//! dma-buf core's ioctls (SYNC with any flags, SET_NAME), mmaps (which must fail: gdrpeer's
+//! dma-bufs have no CPU mapping), imports into the sample NIC where `/dev/gdrnic` exists
+//! (every flag, any offset and length, the NIC's own exports through the kernel API, and a
+//! transfer now and then), and closes, while GPU memory is freed under them. Every dma-buf
+//! must be gone at the end.
+//!
 //! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
 
-use crate::helpers::{edu, gdrpeer_idle, K64};
+use crate::helpers::{edu, eventually, gdrpeer_idle, K64};
+use crate::nic::{self, Nic};
 use gdrpeer::{gdrdrv, uapi, Device};
 use nvsim::testing::{self as harness, TestResult};
 use nvsim::{check, Gpu};
@@ -48,7 +57,7 @@ const VFS_TYPES: [u32; 5] = [0x54, 0x58, 0x66, 0x94, 0x15];
 const ARENA: usize = 1 << 20;
 
 /// gdrpeer's commands with their argument sizes.
-const COMMANDS: [(u32, usize); 7] = [
+const COMMANDS: [(u32, usize); 8] = [
     (uapi::IOCTL_GET_VERSION, size_of::<uapi::Version>()),
     (uapi::IOCTL_PIN, size_of::<uapi::Pin>()),
     (uapi::IOCTL_UNPIN, size_of::<uapi::Unpin>()),
@@ -56,7 +65,30 @@ const COMMANDS: [(u32, usize); 7] = [
     (uapi::IOCTL_GET_PAGES, size_of::<uapi::GetPages>()),
     (uapi::IOCTL_DMA_MAP, size_of::<uapi::DmaMap>()),
     (uapi::IOCTL_STATS, size_of::<uapi::Stats>()),
+    (uapi::IOCTL_EXPORT_DMABUF, size_of::<uapi::ExportDmabuf>()),
 ];
+
+/// The dma-buf core's ioctls (include/uapi/linux/dma-buf.h): `DMA_BUF_IOCTL_SYNC` and
+/// `DMA_BUF_SET_NAME` (the 64-bit form). The sync-file ones are left out: they make
+/// descriptors of other kinds.
+const DMA_BUF_IOCTL_SYNC: u32 = rustix::ioctl::opcode::write::<u64>(b'b', 0);
+const DMA_BUF_SET_NAME: u32 = rustix::ioctl::opcode::write::<u64>(b'b', 1);
+/// The most dma-bufs kept at once; a new one over it closes one.
+const DMABUFS_KEPT: usize = 16;
+
+/// What one thread keeps of its own: its NIC file, and the imports it holds there (handle,
+/// length).
+#[derive(Default)]
+struct Local {
+    nic: Option<Nic>,
+    imports: Vec<(u32, u64)>,
+}
+
+/// Whether descriptor `fd` of this process is a dma-buf (its link reads `/dmabuf:NAME`).
+fn is_dmabuf(fd: i32) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|l| l.to_string_lossy().starts_with("/dmabuf:"))
+}
 
 /// What an mmap of `/dev/gdrpeer` may fail with (Documentation/uapi.rst and mmap(2)):
 /// EINVAL (unknown handle, MAP_PRIVATE, past the window, bad length or offset), ENXIO (the
@@ -129,6 +161,10 @@ struct Fuzzer {
     generation: AtomicU64,
     /// mmap outcomes the documentation does not allow.
     wrong: Mutex<Vec<String>>,
+    /// dma-bufs EXPORT_DMABUF made, by descriptor; only this list closes them.
+    dmabufs: Mutex<Vec<i32>>,
+    /// dma-bufs exported in all.
+    exported: AtomicU64,
 }
 
 // SAFETY (for the raw pointers kept as integers): `arena` is a private mapping that lives
@@ -195,6 +231,19 @@ impl Fuzzer {
             }
         } else {
             words[1] = handle;
+        }
+        if cmd == uapi::IOCTL_EXPORT_DMABUF && rng.bool() {
+            // What succeeds, mostly: the right size, no flags, a handle alone or a range in
+            // GPU memory alone.
+            words[0] = u64::from(size_field);
+            match (rng.u32(0..2), gpu) {
+                (0, Some((va, len))) => {
+                    words[1] = 0;
+                    words[2] = va + rng.u64(0..len);
+                    words[3] = rng.u64(1..=len);
+                }
+                _ => (words[2], words[3]) = (0, 0),
+            }
         }
         if cmd == uapi::IOCTL_GET_PAGES || cmd == uapi::IOCTL_DMA_MAP {
             // count (second u32) and addrs: sometimes right, sometimes not.
@@ -377,7 +426,172 @@ impl Fuzzer {
         *self.errnos.lock().unwrap().entry(name).or_default() += 1;
     }
 
-    fn one_call(&self, rng: &mut fastrand::Rng) {
+    /// Keeps descriptor `fd`, which a successful EXPORT_DMABUF reported, if it is a dma-buf
+    /// not kept yet (another thread may have written over the report in the arena: a number
+    /// it does not name stays open until the sweep at the end); closes one over
+    /// [`DMABUFS_KEPT`].
+    fn keep_dmabuf(&self, fd: i32, rng: &mut fastrand::Rng) {
+        self.exported.fetch_add(1, Relaxed);
+        let mut kept = self.dmabufs.lock().unwrap();
+        if kept.contains(&fd) || !is_dmabuf(fd) {
+            return;
+        }
+        if kept.len() >= DMABUFS_KEPT {
+            let i = rng.usize(0..kept.len());
+            let old = kept.swap_remove(i);
+            // SAFETY: a dma-buf this list kept: only the list closes it.
+            unsafe { libc::close(old) };
+        }
+        kept.push(fd);
+    }
+
+    /// One operation on a kept dma-buf: a dma-buf ioctl, an mmap (which must fail), an
+    /// import into the NIC (and a transfer through it now and then), or a close. False when
+    /// none is kept.
+    fn one_dmabuf_op(&self, rng: &mut fastrand::Rng, local: &mut Local) -> bool {
+        let fd = {
+            let kept = self.dmabufs.lock().unwrap();
+            if kept.is_empty() {
+                return false;
+            }
+            kept[rng.usize(0..kept.len())]
+        };
+        // The descriptor may be closed (and its number reused) by another thread from here
+        // on: then the call fails, or lands on a file the fuzzer calls anyway.
+        let name = match rng.u32(0..8) {
+            0 | 1 => {
+                let (cmd, arg) = if rng.bool() {
+                    let at = rng.usize(0..ARENA - 8) & !7;
+                    let flags = [1u64, 2, 3, 4, 5, 6, 7, rng.u64(..)][rng.usize(0..8)];
+                    // SAFETY: in the arena, 8 bytes.
+                    unsafe { ((self.arena + at) as *mut u64).write(flags) };
+                    (DMA_BUF_IOCTL_SYNC, (self.arena + at) as u64)
+                } else {
+                    let at = rng.usize(0..ARENA - 64);
+                    let name = b"fuzzed-name\0";
+                    // SAFETY: in the arena, room for the name.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            name.as_ptr(),
+                            (self.arena + at) as *mut u8,
+                            name.len(),
+                        )
+                    };
+                    (DMA_BUF_SET_NAME, (self.arena + at) as u64)
+                };
+                let arg = if rng.u32(0..6) == 0 {
+                    self.pointer(rng, 8)
+                } else {
+                    arg
+                };
+                // SAFETY: the dma-buf ioctls read at most 32 bytes at `arg` (the name), in
+                // the arena or invalid.
+                let r = unsafe { libc::ioctl(fd, cmd as _, arg as usize) };
+                errno_name("dma-buf ioctl", r)
+            }
+            2 => {
+                let len = rng.usize(1..=4) * 4096;
+                // SAFETY: no MAP_FIXED: a new mapping the kernel places, unmapped untouched.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_SHARED,
+                        fd,
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    errno_name("dma-buf mmap", -1)
+                } else {
+                    if is_dmabuf(fd) {
+                        self.wrong
+                            .lock()
+                            .unwrap()
+                            .push(format!("mmap of dma-buf {fd} succeeded"));
+                    }
+                    // SAFETY: the mapping just made, never touched.
+                    unsafe { libc::munmap(p, len) };
+                    "dma-buf mmap success".to_string()
+                }
+            }
+            3..=5 if local.nic.is_some() => self.one_import(rng, local, fd),
+            _ => {
+                let mut kept = self.dmabufs.lock().unwrap();
+                if let Some(i) = kept.iter().position(|k| *k == fd) {
+                    kept.swap_remove(i);
+                    // SAFETY: a dma-buf the list kept, closed once, by the list.
+                    unsafe { libc::close(fd) };
+                }
+                "dma-buf close".to_string()
+            }
+        };
+        self.calls.fetch_add(1, Relaxed);
+        *self.errnos.lock().unwrap().entry(name).or_default() += 1;
+        true
+    }
+
+    /// Imports dma-buf `fd` into the thread's NIC file with random flags, offset and length
+    /// (or has the NIC export GPU memory itself, `GDRNIC_DMABUF_KAPI`); keeps a few imports,
+    /// and moves a few bytes through one now and then (edu takes 200 ms for it).
+    fn one_import(&self, rng: &mut fastrand::Rng, local: &mut Local, fd: i32) -> String {
+        let n = local.nic.as_ref().unwrap();
+        if !local.imports.is_empty() && rng.u32(0..20) == 0 {
+            let (h, len) = local.imports[rng.usize(0..local.imports.len())];
+            let at = rng.u64(0..len);
+            let count = (len - at).min(rng.u64(1..=64)) as usize;
+            let r = if rng.bool() {
+                n.send(h, at, count).map(|_| ())
+            } else {
+                n.recv(h, at, &vec![0x5a; count])
+            };
+            return format!(
+                "nic transfer {}",
+                r.err().map_or("success".into(), |e| e.to_string())
+            );
+        }
+        let mut flags = rng.u32(0..16);
+        if rng.u32(0..16) == 0 {
+            flags |= 1 << rng.u32(4..32);
+        }
+        let (offset, len) = match (flags & nic::DMABUF_KAPI != 0, rng.u32(0..4)) {
+            (true, _) => {
+                let g = self.gpu.lock().unwrap();
+                match g.get(rng.usize(0..g.len().max(1))) {
+                    Some(&(va, len)) => (va + rng.u64(0..len), rng.u64(1..=len)),
+                    None => (self.value(rng), self.value(rng)),
+                }
+            }
+            (false, 0) => (self.value(rng), self.value(rng)),
+            (false, _) => {
+                // Inside the dma-buf, mostly: its size is where SEEK_END goes.
+                // SAFETY: lseek on a descriptor number; a wrong one fails.
+                let size = unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(1) as u64;
+                let offset = rng.u64(0..size);
+                // One byte past the end now and then.
+                let end = size - offset + rng.u64(0..2);
+                (offset, rng.u64(1..=end))
+            }
+        };
+        let name = match n.reg_dmabuf(fd, flags, offset, len) {
+            Ok(mr) => {
+                if local.imports.len() >= 2 {
+                    let (old, _) = local.imports.remove(0);
+                    let _ = n.dereg(old);
+                }
+                local.imports.push((mr.handle, len));
+                "success".to_string()
+            }
+            Err(e) => e.to_string(),
+        };
+        format!("nic import {name}")
+    }
+
+    fn one_call(&self, rng: &mut fastrand::Rng, local: &mut Local) {
+        if rng.u32(0..12) == 0 && self.one_dmabuf_op(rng, local) {
+            return;
+        }
         if !self.gdrdrv.is_empty() && rng.u32(0..3) == 0 {
             let fd = self.gdrdrv[rng.usize(0..self.gdrdrv.len())].load(Relaxed);
             if rng.u32(0..5) == 0 {
@@ -431,9 +645,48 @@ impl Fuzzer {
             let p = unsafe { std::ptr::read_unaligned(arg as *const uapi::Pin) };
             self.handles.lock().unwrap().push(p.handle);
         }
+        if r >= 0 && cmd == uapi::IOCTL_EXPORT_DMABUF {
+            // SAFETY: EXPORT_DMABUF wrote its result at `arg`, in the arena.
+            let e = unsafe { std::ptr::read_unaligned(arg as *const uapi::ExportDmabuf) };
+            self.keep_dmabuf(e.fd, rng);
+        }
         self.calls.fetch_add(1, Relaxed);
         *self.errnos.lock().unwrap().entry(name).or_default() += 1;
     }
+}
+
+/// `what` and the outcome of a call that returned `r` (errno when negative).
+fn errno_name(what: &str, r: i32) -> String {
+    if r < 0 {
+        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        format!("{what} {}", Errno::from_raw_os_error(e))
+    } else {
+        format!("{what} success")
+    }
+}
+
+/// Closes every dma-buf descriptor of this process: those kept, and those whose report was
+/// overwritten in the arena before it was read. Returns how many were not kept.
+fn close_dmabufs(kept: &Mutex<Vec<i32>>) -> Result<usize, String> {
+    for fd in kept.lock().unwrap().drain(..) {
+        // SAFETY: a dma-buf the list kept, closed once.
+        unsafe { libc::close(fd) };
+    }
+    let mut stray = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").map_err(|e| e.to_string())? {
+        let fd: i32 = entry
+            .map_err(|e| e.to_string())?
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .unwrap_or(-1);
+        if fd >= 0 && is_dmabuf(fd) {
+            stray += 1;
+            // SAFETY: a dma-buf nobody kept: no one else closes it.
+            unsafe { libc::close(fd) };
+        }
+    }
+    Ok(stray)
 }
 
 fn open_gdrdrv() -> Result<OwnedFd, String> {
@@ -499,7 +752,10 @@ pub fn run(args: &[String]) -> TestResult {
         errnos: Mutex::new(BTreeMap::new()),
         generation: AtomicU64::new(0),
         wrong: Mutex::new(Vec::new()),
+        dmabufs: Mutex::new(Vec::new()),
+        exported: AtomicU64::new(0),
     };
+    let with_nic = std::path::Path::new("/dev/gdrnic").exists();
     let start = Instant::now();
     let mut rng = fastrand::Rng::with_seed(seed);
     let replaced = AtomicU64::new(0);
@@ -510,8 +766,12 @@ pub fn run(args: &[String]) -> TestResult {
                 let f = &f;
                 s.spawn(move || {
                     let mut rng = fastrand::Rng::with_seed(seed * 1000 + t);
+                    let mut local = Local {
+                        nic: if with_nic { Nic::open().ok() } else { None },
+                        ..Default::default()
+                    };
                     for _ in 0..per_thread {
-                        f.one_call(&mut rng);
+                        f.one_call(&mut rng, &mut local);
                     }
                 })
             })
@@ -564,10 +824,16 @@ pub fn run(args: &[String]) -> TestResult {
         .get_version()
         .map_err(|e| format!("GET_VERSION after fuzzing: {e}"))?;
     drop(owned);
+    let stray = close_dmabufs(&f.dmabufs)?;
     drop(gpu);
     // SAFETY: every thread has ended; nothing uses the arena any more.
     unsafe { munmap(arena, ARENA) }.map_err(harness::errno)?;
     gdrpeer_idle()?;
+    if with_nic {
+        eventually(10, "gdrnic registrations", || {
+            Ok(nic::nstat("registrations")? == 0 && nic::nstat("dmabuf_imports")? == 0)
+        })?;
+    }
     harness::nvsim_counters_back_to_zero()?;
     let n = f.calls.load(Relaxed);
     println!(
@@ -577,6 +843,8 @@ pub fn run(args: &[String]) -> TestResult {
     println!("  ioctls sent              {n}");
     println!("  files replaced mid-run   {}", replaced.load(Relaxed));
     println!("  module ABI after         {}", v.abi_string());
+    println!("  dma-bufs exported        {}", f.exported.load(Relaxed));
+    println!("  of them closed at the end without a report read: {stray}");
     for (e, c) in f.errnos.lock().unwrap().iter() {
         println!("  {e:<40} {c}");
     }

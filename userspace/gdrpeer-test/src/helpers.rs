@@ -79,12 +79,20 @@ pub fn eventually(
 }
 
 /// gdrpeer holds nothing: no context, region or deferred release (callback work included).
+/// Names what it still holds otherwise.
 pub fn gdrpeer_idle() -> TestResult {
+    const HELD: [&str; 4] = ["contexts", "regions", "pinned_bytes", "deferred_releases"];
     eventually(5, "gdrpeer idle", || {
         let s = gstats()?;
-        Ok(["contexts", "regions", "pinned_bytes", "deferred_releases"]
+        Ok(HELD.iter().all(|k| s.get(*k) == Some(&0)))
+    })
+    .map_err(|e| {
+        let s = gstats().unwrap_or_default();
+        let held: Vec<String> = HELD
             .iter()
-            .all(|k| s.get(*k) == Some(&0)))
+            .map(|k| format!("{k} {:?}", s.get(*k)))
+            .collect();
+        format!("{e} ({})", held.join(", "))
     })
 }
 

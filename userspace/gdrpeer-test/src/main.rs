@@ -8,12 +8,14 @@
 //! counters) and that nvsim's counters are back to zero.
 //!
 //! This file reads the mode and runs it. The default run's tests are in [`tests`], one file
-//! per subject; the other modes are the sample NIC's tests ([`nic`]), gdrcopy's sanity
+//! per subject; the other modes are the sample NIC's tests ([`nic`]) with the dma-buf
+//! export's ([`dmabuf`], the NIC importing), gdrcopy's sanity
 //! scenarios ([`sanity`]), the stress run ([`stress`]), the ioctl fuzzer ([`fuzz`]) and the
 //! demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
 //! [`proc`].
 
 mod demo;
+mod dmabuf;
 mod fuzz;
 mod gdrdrv_sanity;
 mod helpers;
@@ -66,18 +68,20 @@ fn main() -> ExitCode {
         Some("--demo") => return narrated(demo::run()),
         Some("--demo-nic") => return narrated(demo::nic()),
         Some("--demo-mmap") => return narrated(demo::mmap()),
+        Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
-        // The sample NIC's tests (gdrnic.ko loaded), and those that make lockdep report.
+        // The sample NIC's tests (gdrnic.ko loaded), gdrpeer's dma-buf export with the NIC
+        // as importer, and the NIC's tests that make lockdep report.
         Some(mode @ ("--nic" | "--nic-lockdep")) => {
             let tests = if mode == "--nic" {
-                nic::TESTS
+                [nic::TESTS, dmabuf::TESTS].concat()
             } else {
-                nic::LOCKDEP_TESTS
+                nic::LOCKDEP_TESTS.to_vec()
             };
             let filter = args.get(1).cloned().unwrap_or_default();
-            return exit(harness::run_tests(tests, &filter, nic::nic_released));
+            return exit(harness::run_tests(&tests, &filter, nic::nic_released));
         }
         // gdrcopy's sanity scenarios over CUDA; --cuda-only without the module.
         Some(mode @ ("--cuda" | "--cuda-only")) => {

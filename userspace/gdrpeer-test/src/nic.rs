@@ -44,11 +44,35 @@ struct XferArgs {
     buf: u64,
 }
 
+/// `struct gdrnic_dmabuf_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct DmabufArgs {
+    fd: i32,
+    flags: u32,
+    offset: u64,
+    len: u64,
+    handle: u32,
+    nents: u32,
+}
+
+/// `GDRNIC_DMABUF_PINNED`: a pinned import (dma_buf_pin) that takes invalidation as
+/// revocation.
+pub const DMABUF_PINNED: u32 = 1 << 0;
+/// `GDRNIC_DMABUF_KAPI`: the NIC exports `[offset, offset + len)` of the caller's GPU memory
+/// itself with `gdrpeer_dmabuf_export()`, then imports it.
+pub const DMABUF_KAPI: u32 = 1 << 1;
+/// `GDRNIC_DMABUF_NO_P2P`: an importer without `allow_peer2peer` (gdrpeer must refuse it).
+pub const DMABUF_NO_P2P: u32 = 1 << 2;
+/// `GDRNIC_DMABUF_NO_INVALIDATE`: an importer without an invalidate op (refused likewise).
+pub const DMABUF_NO_INVALIDATE: u32 = 1 << 3;
+
 const MAGIC: u8 = 0xDD;
 const REG: ioctl::Opcode = ioctl::opcode::read_write::<RegArgs>(MAGIC, 1);
 const DEREG: ioctl::Opcode = ioctl::opcode::write::<u32>(MAGIC, 2);
 const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
 const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
+const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC, 5);
 /// GDRNIC_XFER_MAX.
 pub const XFER_MAX: u64 = 1 << 20;
 
@@ -61,6 +85,15 @@ pub struct Mr {
     pub page_size: u32,
     /// The DMA addresses the NIC uses, one per GPU page.
     pub dma: Vec<u64>,
+}
+
+/// A registration that is a dma-buf import: transfers take offsets from its start, as for
+/// [`Mr`].
+#[derive(Debug, Clone, Copy)]
+pub struct DmabufMr {
+    pub handle: u32,
+    /// DMA segments of the import's first mapping.
+    pub nents: u32,
 }
 
 /// An open `/dev/gdrnic`: one gdrpeer context of the opening process.
@@ -94,6 +127,36 @@ impl Nic {
             offset: a.offset,
             page_size: a.page_size,
             dma,
+        })
+    }
+
+    /// Imports `len` bytes at byte `offset` of the dma-buf `fd` (a raw number: the NIC
+    /// checks it) and maps it, as ibv_reg_dmabuf_mr() does; `flags` are `DMABUF_*`. With
+    /// [`DMABUF_KAPI`], `fd` is unused and `offset` is the GPU va that the NIC exports itself.
+    pub fn reg_dmabuf(
+        &self,
+        fd: i32,
+        flags: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<DmabufMr, Errno> {
+        let mut a = DmabufArgs {
+            fd,
+            flags,
+            offset,
+            len,
+            ..Default::default()
+        };
+        // SAFETY: REG_DMABUF reads and writes one `DmabufArgs`, which holds no pointers.
+        unsafe {
+            ioctl::ioctl(
+                &self.fd,
+                ioctl::Updater::<REG_DMABUF, DmabufArgs>::new(&mut a),
+            )
+        }?;
+        Ok(DmabufMr {
+            handle: a.handle,
+            nents: a.nents,
         })
     }
 
@@ -138,20 +201,22 @@ impl Nic {
     }
 }
 
-/// A counter of gdrnic's (debugfs gdrnic/stats).
-fn nstat(name: &str) -> Result<u64, String> {
+/// A counter of gdrnic's (debugfs gdrnic/stats): `registrations` (live, dma-buf imports
+/// included), `invalidations`, `transfers`, `failed_transfers`, `gpu_dma_bytes`, `dma_ops`,
+/// `dmabuf_imports` (live), `dmabuf_maps`, `dmabuf_invalidations`.
+pub fn nstat(name: &str) -> Result<u64, String> {
     harness::name_values("/sys/kernel/debug/gdrnic/stats")?
         .get(name)
         .copied()
         .ok_or_else(|| format!("no gdrnic counter {name}"))
 }
 
-fn nic() -> Result<Nic, String> {
+pub fn nic() -> Result<Nic, String> {
     Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))
 }
 
 /// Has nvsim check every freed page for writes made after its free (`freed_page_writes`).
-fn check_freed() -> TestResult {
+pub fn check_freed() -> TestResult {
     debugfs("check_freed", "1")
 }
 
@@ -159,13 +224,13 @@ fn check_freed() -> TestResult {
 /// memory.
 pub fn nic_released() -> TestResult {
     eventually(5, "gdrnic registrations", || {
-        Ok(nstat("registrations")? == 0)
+        Ok(nstat("registrations")? == 0 && nstat("dmabuf_imports")? == 0)
     })?;
     check_freed()?;
     all_released()
 }
 
-fn expect_err<T: std::fmt::Debug>(r: Result<T, Errno>, want: Errno, what: &str) -> TestResult {
+pub fn expect_err<T: std::fmt::Debug>(r: Result<T, Errno>, want: Errno, what: &str) -> TestResult {
     match r {
         Ok(v) => Err(format!("{what}: succeeded ({v:?}), expected {want}")),
         Err(e) => {
@@ -288,6 +353,25 @@ fn registrations_hit_the_cache() -> TestResult {
     Ok(())
 }
 
+/// Runs `op` (a transfer) on the NIC in a thread, and returns once the NIC has moved a few
+/// chunks of it: the caller does what must happen mid-transfer, then joins the thread.
+pub fn under_way<T: Send + 'static>(
+    n: Nic,
+    op: impl FnOnce(&Nic) -> T + Send + 'static,
+) -> Result<thread::JoinHandle<(Nic, T)>, String> {
+    let ops = nstat("dma_ops")?;
+    let worker = thread::spawn(move || {
+        let r = op(&n);
+        (n, r)
+    });
+    eventually(
+        30,
+        "transfer under way",
+        || Ok(nstat("dma_ops")? >= ops + 4),
+    )?;
+    Ok(worker)
+}
+
 /// Runs `op` on a registration in a thread and frees the GPU memory once the NIC has moved
 /// a few chunks: the op must end with ENXIO, the invalidate callback having waited for the
 /// chunk in flight.
@@ -301,17 +385,8 @@ fn free_mid_transfer(
     let n = nic()?;
     let mr = n.reg(va, 2 * K64).map_err(errno)?;
     let invalidations = nstat("invalidations")?;
-    let ops = nstat("dma_ops")?;
     let mr2 = mr.clone();
-    let worker = thread::spawn(move || {
-        let r = op(&n, &mr2);
-        (n, r)
-    });
-    eventually(
-        30,
-        "transfer under way",
-        || Ok(nstat("dma_ops")? >= ops + 4),
-    )?;
+    let worker = under_way(n, move |n| op(n, &mr2))?;
     debugfs("free", &id.to_string())?;
     check_eq!(
         nstat("invalidations")? - invalidations,

@@ -6,6 +6,11 @@
 //! nothing may be left: nvsim's pins, BAR1 bytes and DMA mappings, gdrpeer's regions and
 //! contexts, gdrnic's registrations, and no write into freed GPU memory.
 //!
+//! Threads export windows as dma-bufs (EXPORT_DMABUF, of ranges and of handles), import them
+//! into the sample NIC (dynamic and pinned, and the NIC's own exports through the kernel
+//! API), move bytes through the imports, close the descriptors and drop the imports, in any
+//! order, while the memory is freed under all of it.
+//!
 //! Threads also map handles (mmap, touch every page, munmap) while other threads and nvsim
 //! free the memory under them, and read the files' invalidation events (ABI 1.3). A touch of
 //! memory freed meanwhile raises SIGBUS: the worker's handler checks that the address lies
@@ -16,8 +21,8 @@
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
 use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
-use crate::nic::Nic;
-use gdrpeer::{uapi, Device, PciAddress, PinFlags};
+use crate::nic::{Nic, DMABUF_KAPI, DMABUF_PINNED};
+use gdrpeer::{uapi, Device, Dmabuf, PciAddress, PinFlags};
 use nvsim::testing::{self as harness, debugfs, TestResult};
 use nvsim::{check, Gpu};
 use rustix::{
@@ -37,7 +42,7 @@ use std::{
 };
 
 /// The operations, in the order of [`WEIGHTS`].
-const KINDS: [&str; 15] = [
+const KINDS: [&str; 20] = [
     "alloc",
     "cumemfree",
     "delayed_free",
@@ -53,9 +58,20 @@ const KINDS: [&str; 15] = [
     "stats",
     "map",
     "events",
+    "export",
+    "import",
+    "kapi_import",
+    "dmabuf_xfer",
+    "close_dmabuf",
 ];
-/// How often each kind is picked, in parts of 1000.
-const WEIGHTS: [u32; 15] = [80, 30, 15, 5, 280, 200, 90, 60, 70, 5, 15, 5, 60, 60, 20];
+/// How often each kind is picked, in parts of 1000. Every transfer costs the NIC 200 ms
+/// (edu's DMA engine), so the kinds that move bytes are rare.
+const WEIGHTS: [u32; 20] = [
+    80, 30, 15, 5, 255, 190, 85, 60, 70, 5, 15, 5, 55, 60, 20, 25, 6, 2, 2, 15,
+];
+/// The most dma-bufs and kept imports a thread holds; one more closes one at random.
+const DMABUFS_HELD: usize = 6;
+const IMPORTS_HELD: usize = 4;
 
 /// A worker's exit status after a SIGBUS in one of its mappings (the memory was freed).
 pub const SIGBUS_EXIT: i32 = 77;
@@ -236,7 +252,14 @@ fn expected(kind: &str, e: Errno) -> bool {
         "pin" | "dma_map" | "nic" => {
             [Errno::INVAL, Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e)
         }
-        "get_pages" | "map" => e == Errno::NXIO,
+        // As PIN for a range, or a handle the memory of which was freed (ENXIO).
+        "export" | "kapi_import" => {
+            [Errno::INVAL, Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e)
+        }
+        // The memory was freed (attach or map refused), or an injected failure of the DMA
+        // mapping made at attach.
+        "import" => [Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e),
+        "get_pages" | "map" | "dmabuf_xfer" => e == Errno::NXIO,
         "alloc" => e == Errno::NOMEM,
         // Freed already by a delayed free.
         "cumemfree" | "delayed_free" | "free_on_pin" => [Errno::INVAL, Errno::NOENT].contains(&e),
@@ -253,6 +276,9 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
     // Every handle pinned on `dev`, unpinned ones too: a revocation may be read later.
     let mut pinned: Vec<u64> = Vec::new();
     let nic = if sh.nic { Nic::open().ok() } else { None };
+    // dma-bufs exported here, and imports kept on `nic` (handle, length).
+    let mut dmabufs: Vec<Dmabuf> = Vec::new();
+    let mut imports: Vec<(u32, u64)> = Vec::new();
     for _ in 0..ops {
         let kind = pick(&mut rng);
         let name = KINDS[kind];
@@ -320,6 +346,51 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
                 map_and_touch(d, h, slot, &mut rng)
             }
             ("events", _, Some(d)) if sh.events => read_events(d, &pinned),
+            ("export", Some(a), Some(d)) => {
+                let r = if !handles.is_empty() && rng.bool() {
+                    d.export_dmabuf(handles[rng.usize(0..handles.len())])
+                } else {
+                    let (va, len) = window(&mut rng, a);
+                    d.export_dmabuf_range(va, len)
+                };
+                r.map(|b| {
+                    if dmabufs.len() >= DMABUFS_HELD {
+                        dmabufs.swap_remove(rng.usize(0..dmabufs.len()));
+                    }
+                    dmabufs.push(b);
+                })
+                .map_err(errno_of)
+            }
+            ("import", _, _) if nic.is_some() && !dmabufs.is_empty() => {
+                let b = &dmabufs[rng.usize(0..dmabufs.len())];
+                let offset = rng.u64(0..b.size);
+                let len = rng.u64(1..=(b.size - offset).min(2 * K64));
+                let flags = if rng.bool() { 0 } else { DMABUF_PINNED };
+                let n = nic.as_ref().unwrap();
+                n.reg_dmabuf(b.fd.as_raw_fd(), flags, offset, len)
+                    .and_then(|mr| keep_or_drop(n, &mut imports, mr.handle, len, &mut rng))
+            }
+            ("kapi_import", Some(a), _) if nic.is_some() => {
+                let (va, len) = window(&mut rng, a);
+                let n = nic.as_ref().unwrap();
+                n.reg_dmabuf(-1, DMABUF_KAPI, va, len)
+                    .and_then(|mr| keep_or_drop(n, &mut imports, mr.handle, len, &mut rng))
+            }
+            ("dmabuf_xfer", _, _) if !imports.is_empty() => {
+                let (h, len) = imports[rng.usize(0..imports.len())];
+                nic_xfer(nic.as_ref().unwrap(), h, len, &mut rng)
+            }
+            ("close_dmabuf", _, _) if !dmabufs.is_empty() || !imports.is_empty() => {
+                if rng.bool() && !dmabufs.is_empty() {
+                    drop(dmabufs.swap_remove(rng.usize(0..dmabufs.len())));
+                    Ok(())
+                } else if !imports.is_empty() {
+                    let (h, _) = imports.swap_remove(rng.usize(0..imports.len()));
+                    nic.as_ref().unwrap().dereg(h)
+                } else {
+                    Ok(())
+                }
+            }
             ("close", _, _) => {
                 handles.clear();
                 pinned.clear();
@@ -383,6 +454,44 @@ fn fork_child_pins(fd: i32, va: u64) -> Result<(), Errno> {
             }
         }
     }
+}
+
+/// Moves up to 64 bytes (one chunk) to or from a random place of registration `h` of `len`
+/// bytes.
+fn nic_xfer(n: &Nic, h: u32, len: u64, rng: &mut fastrand::Rng) -> Result<(), Errno> {
+    let at = rng.u64(0..len);
+    let count = (len - at).min(rng.u64(1..=64));
+    if rng.bool() {
+        n.send(h, at, count as usize).map(|_| ())
+    } else {
+        n.recv(h, at, &vec![rng.u8(..); count as usize])
+    }
+}
+
+/// A new dma-buf import `h` of `len` bytes: moves bytes through it half the time, then keeps
+/// it for later transfers (dropping one kept before, over [`IMPORTS_HELD`]) or drops it.
+fn keep_or_drop(
+    n: &Nic,
+    imports: &mut Vec<(u32, u64)>,
+    h: u32,
+    len: u64,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Errno> {
+    let r = if rng.bool() {
+        nic_xfer(n, h, len, rng)
+    } else {
+        Ok(())
+    };
+    if rng.bool() {
+        if imports.len() >= IMPORTS_HELD {
+            let (old, _) = imports.swap_remove(rng.usize(0..imports.len()));
+            n.dereg(old)?;
+        }
+        imports.push((h, len));
+    } else {
+        n.dereg(h)?;
+    }
+    r
 }
 
 /// `--stress-worker SEED OPS THREADS`: one worker process. Prints `progress N k=v ...`
@@ -496,6 +605,16 @@ fn counter_deltas(before: &HashMap<String, u64>, after: &HashMap<String, u64>, n
     after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
 }
 
+/// gdrnic's counters, none without it.
+fn nic_stats() -> Result<HashMap<String, u64>, String> {
+    let path = "/sys/kernel/debug/gdrnic/stats";
+    if std::path::Path::new(path).exists() {
+        harness::name_values(path)
+    } else {
+        Ok(HashMap::new())
+    }
+}
+
 /// The orchestrator: `args` are OPS PROCS THREADS SEED.
 pub fn run(args: &[String]) -> TestResult {
     let num = |i: usize, default: u64| -> Result<u64, String> {
@@ -514,6 +633,7 @@ pub fn run(args: &[String]) -> TestResult {
     }
     let nv0 = harness::stats()?;
     let g0 = gstats()?;
+    let n0 = nic_stats()?;
     let bar1_size = nv0["bar1_size"];
     // Room for a few dozen pinned pages: evictions and ENOMEM retries all the time.
     debugfs("bar1_size", &(nv0["bar1_reserve"] + 48 * K64).to_string())?;
@@ -605,11 +725,10 @@ pub fn run(args: &[String]) -> TestResult {
         // Everything must be back: nothing pinned, mapped or registered anywhere.
         gdrpeer_idle()?;
         eventually(10, "gdrnic registrations", || {
-            Ok(
-                !std::path::Path::new("/sys/kernel/debug/gdrnic/stats").exists()
-                    || harness::name_values("/sys/kernel/debug/gdrnic/stats")?["registrations"]
-                        == 0,
-            )
+            let n = nic_stats()?;
+            Ok(["registrations", "dmabuf_imports"]
+                .iter()
+                .all(|k| n.get(*k).is_none_or(|v| *v == 0)))
         })?;
         debugfs("check_freed", "1")?;
         let nv1 = harness::stats()?;
@@ -654,6 +773,15 @@ pub fn run(args: &[String]) -> TestResult {
             ("callbacks seen", "callbacks"),
         ] {
             println!("  {what:<24} {}", counter_deltas(&g0, &g1, k));
+        }
+        let n1 = nic_stats()?;
+        for (what, k) in [
+            ("NIC transfers", "transfers"),
+            ("NIC failed transfers", "failed_transfers"),
+            ("dma-buf maps (NIC)", "dmabuf_maps"),
+            ("dma-buf invalidations", "dmabuf_invalidations"),
+        ] {
+            println!("  {what:<24} {}", counter_deltas(&n0, &n1, k));
         }
         println!("  unexpected errors        {}", unexpected.len());
         println!("  lost (must be 0)         {lost}");

@@ -10,6 +10,9 @@
 //! for addr in dev.get_pages(pin.handle)? {
 //!     println!("{addr:#x}");
 //! }
+//! // The window as a dma-buf, for ibv_reg_dmabuf_mr(pd, buf.offset, len, va, fd, access).
+//! let buf = dev.export_dmabuf(pin.handle)?;
+//! println!("dma-buf fd {:?}, {} bytes, va at offset {}", buf.fd, buf.size, buf.offset);
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
 
@@ -25,7 +28,7 @@ pub use pci::{ParsePciAddressError, PciAddress};
 pub use uapi::CacheStats;
 
 use rustix::{
-    fd::{AsFd, BorrowedFd, OwnedFd},
+    fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd},
     io::Errno,
     ioctl::{self, Opcode},
 };
@@ -88,6 +91,12 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
         (_, Errno::ACCESS) => " (the file belongs to another process)",
         (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
         (Op::ReadEvents, Errno::INVAL) => " (the module predates events: ABI 1.3 needed)",
+        (Op::ExportDmabuf, Errno::NOTTY) => " (the module predates dma-buf export: ABI 1.4 needed)",
+        (Op::ExportDmabuf, Errno::INVAL) => {
+            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
+             or a range PIN refuses)"
+        }
+        (Op::ExportDmabuf, Errno::MFILE) => " (no file descriptor left in this process)",
         (Op::GdrdrvMmap, Errno::INVAL) => " (unknown handle, MAP_PRIVATE, or past the window)",
         (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::INVAL) => {
             " (bad address, size, token or flags)"
@@ -224,6 +233,8 @@ pub enum Op {
     DmaMap,
     /// `GDRPEER_IOCTL_STATS`.
     Stats,
+    /// `GDRPEER_IOCTL_EXPORT_DMABUF` (ABI 1.4).
+    ExportDmabuf,
     /// mmap(2) of a handle's window (`GDRPEER_MMAP_OFFSET`).
     Mmap,
     /// read(2) or poll(2) of a file's invalidation events (ABI 1.3).
@@ -261,6 +272,7 @@ impl fmt::Display for Op {
             Op::GetPages => "GET_PAGES",
             Op::DmaMap => "DMA_MAP",
             Op::Stats => "STATS",
+            Op::ExportDmabuf => "EXPORT_DMABUF",
             Op::Mmap => "mmap",
             Op::ReadEvents => "read of events",
             Op::GdrdrvPinBuffer => "GDRDRV_IOC_PIN_BUFFER",
@@ -412,6 +424,34 @@ pub struct HandleInfo {
     pub region_len: u64,
     /// Whether the region was pinned with [`PinFlags::PERSISTENT`].
     pub persistent: bool,
+}
+
+/// A dma-buf of pinned GPU memory ([`Device::export_dmabuf`], [`Device::export_dmabuf_range`]):
+/// the window's whole GPU pages, `size` bytes from GPU address `aligned_va`.
+///
+/// The dma-buf keeps its memory pinned for as long as it lives (this descriptor, its
+/// duplicates in any process, and every importer's attachment), whatever happens to the
+/// handle or to the [`Device`] it came from. Importers must take peer-to-peer memory and
+/// handle invalidation: when the driver frees the memory, they are told to stop, and later
+/// mappings fail with ENXIO. The CPU cannot map it (use [`Device::map`]).
+#[derive(Debug)]
+pub struct Dmabuf {
+    /// The dma-buf, close-on-exec; it may be passed to other processes.
+    pub fd: OwnedFd,
+    /// The GPU address of the dma-buf's first byte.
+    pub aligned_va: u64,
+    /// The byte offset in the dma-buf of the address asked for (or of the handle's).
+    pub offset: u64,
+    /// GPU pages in the dma-buf.
+    pub page_count: u32,
+    /// The dma-buf's size in bytes: `page_count` GPU pages.
+    pub size: u64,
+}
+
+impl AsFd for Dmabuf {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 /// What [`Device::stats`] reports.
@@ -578,6 +618,46 @@ impl Device {
         )
     }
 
+    /// Exports `handle`'s window as a dma-buf (module ABI 1.4). The handle may be unpinned
+    /// and the device closed afterwards: the dma-buf holds the memory itself.
+    pub fn export_dmabuf(&self, handle: u64) -> Result<Dmabuf, Error> {
+        self.export(uapi::ExportDmabuf {
+            handle,
+            ..uapi::ExportDmabuf::new()
+        })
+    }
+
+    /// Exports `[va, va + len)` of GPU memory, widened to whole GPU pages and pinned as
+    /// [`Device::pin`] pins (from the cache), as a dma-buf (module ABI 1.4). No handle is
+    /// left behind: the dma-buf holds the memory itself.
+    pub fn export_dmabuf_range(&self, va: u64, len: u64) -> Result<Dmabuf, Error> {
+        self.export(uapi::ExportDmabuf {
+            va,
+            len,
+            ..uapi::ExportDmabuf::new()
+        })
+    }
+
+    fn export(&self, mut e: uapi::ExportDmabuf) -> Result<Dmabuf, Error> {
+        call(&self.fd, &mut e)?;
+        // The module installs a new descriptor only on success, and reports it.
+        if e.fd < 0 {
+            return Err(Error::Ioctl {
+                op: Op::ExportDmabuf,
+                errno: Errno::BADF,
+            });
+        }
+        Ok(Dmabuf {
+            // SAFETY: a descriptor the module has just installed for this process and told
+            // only us about.
+            fd: unsafe { OwnedFd::from_raw_fd(e.fd) },
+            aligned_va: e.aligned_va,
+            offset: e.offset,
+            page_count: e.page_count,
+            size: e.dmabuf_size,
+        })
+    }
+
     /// The counters of this file's registration cache and of all of them.
     pub fn stats(&self) -> Result<Stats, Error> {
         let mut s = uapi::Stats::new();
@@ -675,6 +755,7 @@ plain_args! {
     Unpin: IOCTL_UNPIN, Unpin;
     Info: IOCTL_GET_INFO, GetInfo;
     Stats: IOCTL_STATS, Stats;
+    ExportDmabuf: IOCTL_EXPORT_DMABUF, ExportDmabuf;
 }
 
 /// The uAPI structs that return an address array: GET_PAGES and DMA_MAP.
@@ -776,6 +857,7 @@ mod tests {
             Op::GetPages,
             Op::DmaMap,
             Op::Stats,
+            Op::ExportDmabuf,
         ] {
             assert_eq!(
                 hint(op, Errno::ACCESS),
@@ -785,12 +867,31 @@ mod tests {
                 hint(op, Errno::NXIO),
                 " (the GPU memory was freed (revoked): unpin the handle)"
             );
+            assert_eq!(hint(op, Errno::BADF), "");
+        }
+        for op in [
+            Op::Pin,
+            Op::Unpin,
+            Op::GetInfo,
+            Op::GetPages,
+            Op::DmaMap,
+            Op::Stats,
+        ] {
             assert_eq!(
                 hint(op, Errno::INVAL),
                 " (bad size, flags, length or handle)"
             );
-            assert_eq!(hint(op, Errno::BADF), "");
         }
+        assert_eq!(
+            hint(Op::ExportDmabuf, Errno::INVAL),
+            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
+             or a range PIN refuses)"
+        );
+        assert_eq!(
+            hint(Op::ExportDmabuf, Errno::NOTTY),
+            " (the module predates dma-buf export: ABI 1.4 needed)"
+        );
+        assert_eq!(hint(Op::Pin, Errno::NOTTY), "");
         for op in [Op::GetPages, Op::DmaMap] {
             assert_eq!(hint(op, Errno::PERM), " (needs CAP_SYS_RAWIO)");
             assert_eq!(

@@ -14,11 +14,11 @@ use rustix::ioctl::{opcode, Opcode};
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
 /// ABI minor version this library was built for (the header's).
-pub const ABI_MINOR: u32 = 3;
+pub const ABI_MINOR: u32 = 4;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
 /// The oldest minor this library works with: 1.2 has everything but events, whose read
-/// fails there with EINVAL.
+/// fails there with EINVAL, and dma-buf export, which fails there with ENOTTY.
 pub const ABI_MINOR_NEEDED: u32 = 2;
 /// `GDRPEER_IOCTL_MAGIC`.
 pub const IOCTL_MAGIC: u8 = 0xDB;
@@ -218,6 +218,34 @@ pub struct Stats {
     pub global: CacheStats,
 }
 
+/// `struct gdrpeer_export_dmabuf` (ABI 1.4): a pinned window as a dma-buf, for importers that
+/// take peer-to-peer memory and handle invalidation. Either `handle` (and `va`, `len` 0) or
+/// `va` and `len` (and `handle` 0).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportDmabuf {
+    /// In: `size_of::<ExportDmabuf>()`.
+    pub size: u32,
+    /// In: 0.
+    pub flags: u32,
+    /// In: a handle whose window to export, or 0.
+    pub handle: u64,
+    /// In: with `handle` 0, the GPU virtual address, any alignment.
+    pub va: u64,
+    /// In: with `handle` 0, bytes.
+    pub len: u64,
+    /// Out: the dma-buf, a new descriptor (`O_RDWR | O_CLOEXEC`).
+    pub fd: i32,
+    /// Out: GPU pages in the dma-buf.
+    pub page_count: u32,
+    /// Out: the GPU address of the dma-buf's first byte.
+    pub aligned_va: u64,
+    /// Out: the byte offset of `va` (or of the handle's address) in the dma-buf.
+    pub offset: u64,
+    /// Out: the dma-buf's size, `page_count` * 65536.
+    pub dmabuf_size: u64,
+}
+
 /// Gives each argument struct a `new()`: zeroed, with `size` set.
 macro_rules! sized_args {
     ($($t:ident),*) => {$(
@@ -232,7 +260,16 @@ macro_rules! sized_args {
         }
     )*};
 }
-sized_args!(Version, Pin, Unpin, Info, GetPages, DmaMap, Stats);
+sized_args!(
+    Version,
+    Pin,
+    Unpin,
+    Info,
+    GetPages,
+    DmaMap,
+    Stats,
+    ExportDmabuf
+);
 
 /// `GDRPEER_IOCTL_GET_VERSION`.
 pub const IOCTL_GET_VERSION: Opcode = opcode::read_write::<Version>(IOCTL_MAGIC, 255);
@@ -248,6 +285,8 @@ pub const IOCTL_GET_PAGES: Opcode = opcode::read_write::<GetPages>(IOCTL_MAGIC, 
 pub const IOCTL_DMA_MAP: Opcode = opcode::read_write::<DmaMap>(IOCTL_MAGIC, 5);
 /// `GDRPEER_IOCTL_STATS`.
 pub const IOCTL_STATS: Opcode = opcode::read_write::<Stats>(IOCTL_MAGIC, 6);
+/// `GDRPEER_IOCTL_EXPORT_DMABUF` (ABI 1.4).
+pub const IOCTL_EXPORT_DMABUF: Opcode = opcode::read_write::<ExportDmabuf>(IOCTL_MAGIC, 7);
 
 #[cfg(test)]
 mod tests {
@@ -306,6 +345,7 @@ mod tests {
             GDRPEER_IOCTL_GET_PAGES = IOCTL_GET_PAGES,
             GDRPEER_IOCTL_DMA_MAP = IOCTL_DMA_MAP,
             GDRPEER_IOCTL_STATS = IOCTL_STATS,
+            GDRPEER_IOCTL_EXPORT_DMABUF = IOCTL_EXPORT_DMABUF,
         }
         row(
             "GDRPEER_MMAP_OFFSET(3, 0x5000)".to_string(),
@@ -387,6 +427,20 @@ mod tests {
                 handles,
                 file,
                 global
+            }
+        );
+        layout!(
+            ExportDmabuf = gdrpeer_export_dmabuf {
+                size,
+                flags,
+                handle,
+                va,
+                len,
+                fd,
+                page_count,
+                aligned_va,
+                offset,
+                dmabuf_size,
             }
         );
         // `type` is a Rust keyword: the field is `type_`.

@@ -7,7 +7,7 @@
 use crate::helpers::{
     all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
 };
-use crate::proc;
+use crate::{dmabuf, proc};
 use gdrpeer::{uapi, Device, PinFlags};
 use nvsim::testing::{debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -96,7 +96,7 @@ fn setup() -> Result<Setup, String> {
 }
 
 /// Forks a child that runs `f` and exits with the errno it found.
-fn fork_errno(f: impl FnOnce() -> Result<Errno, String>) -> Result<libc::pid_t, String> {
+pub fn fork_errno(f: impl FnOnce() -> Result<Errno, String>) -> Result<libc::pid_t, String> {
     // SAFETY: the test program is single-threaded here; the child makes system calls and
     // exits without unwinding.
     match unsafe { libc::fork() } {
@@ -117,7 +117,7 @@ fn fork_errno(f: impl FnOnce() -> Result<Errno, String>) -> Result<libc::pid_t, 
 }
 
 /// The errno a child of [`fork_errno`] found.
-fn wait_errno(pid: libc::pid_t) -> Result<Errno, String> {
+pub fn wait_errno(pid: libc::pid_t) -> Result<Errno, String> {
     let mut status = 0;
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -128,7 +128,7 @@ fn wait_errno(pid: libc::pid_t) -> Result<Errno, String> {
     Ok(Errno::from_raw_os_error(libc::WEXITSTATUS(status)))
 }
 
-fn in_child(f: impl FnOnce() -> Result<Errno, String>) -> Result<Errno, String> {
+pub fn in_child(f: impl FnOnce() -> Result<Errno, String>) -> Result<Errno, String> {
     wait_errno(fork_errno(f)?)
 }
 
@@ -241,6 +241,11 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
             uapi::IOCTL_STATS,
             &mut st as *mut _ as usize,
         ));
+        let e = uapi::ExportDmabuf {
+            size: 4,
+            ..dmabuf::export_args(s.handle, 0, 0)
+        };
+        seen.push(Err(dmabuf::export_errno(s.d.as_fd(), e, "EXPORT_DMABUF")?));
         same_errno(seen, "wrong size")
     });
     c.insert("nonzero-padding", || {
@@ -276,6 +281,7 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
             gerr(s.d.info(h), "GET_INFO")?,
             gerr(s.d.get_pages(h), "GET_PAGES")?,
             gerr(s.d.dma_map(h, edu()?), "DMA_MAP")?,
+            gerr(s.d.export_dmabuf(h), "EXPORT_DMABUF")?,
         ];
         same_errno(e.iter().map(|e| Err(*e)).collect(), "unknown handle")
     });
@@ -367,6 +373,39 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
         let s = setup()?;
         debugfs("free", &s.id.to_string())?;
         gerr(s.d.dma_map(s.handle, edu()?), "DMA_MAP")
+    });
+    c.insert("export-flags", || {
+        let s = setup()?;
+        let e = uapi::ExportDmabuf {
+            flags: 1,
+            ..dmabuf::export_args(s.handle, 0, 0)
+        };
+        dmabuf::export_errno(s.d.as_fd(), e, "EXPORT_DMABUF with flag 1")
+    });
+    c.insert("export-handle-and-range", || {
+        let s = setup()?;
+        let both = dmabuf::export_args(s.handle, s.va, K64);
+        let neither = dmabuf::export_args(0, 0, 0);
+        same_errno(
+            vec![
+                Err(dmabuf::export_errno(s.d.as_fd(), both, "both")?),
+                Err(dmabuf::export_errno(s.d.as_fd(), neither, "neither")?),
+            ],
+            "handle and range",
+        )
+    });
+    c.insert("export-revoked", || {
+        let s = setup()?;
+        debugfs("free", &s.id.to_string())?;
+        gerr(s.d.export_dmabuf(s.handle), "EXPORT_DMABUF")
+    });
+    c.insert("export-other-process", || {
+        let s = setup()?;
+        dmabuf::export_by_scm_receiver(s.va)
+    });
+    c.insert("export-unwritable-answer", || {
+        let s = setup()?;
+        dmabuf::export_into_read_only(s.d.as_fd(), dmabuf::export_args(s.handle, 0, 0))
     });
     c.insert("unknown-command", || {
         const UNKNOWN: u32 = rustix::ioctl::opcode::read_write::<uapi::Pin>(uapi::IOCTL_MAGIC, 99);
