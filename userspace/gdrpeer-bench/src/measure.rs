@@ -299,6 +299,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let mut skipped = Vec::new();
     let (map_ops, copies) = crate::mapping::run(&dev, &cuda, cfg, &mut skipped)?;
     ops.extend(map_ops);
+    ops.extend(crate::dmabuf::run(&cuda, cfg, &mut skipped)?);
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
     let close = Instant::now();
