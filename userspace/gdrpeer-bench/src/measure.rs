@@ -12,7 +12,7 @@ const K64: u64 = 1 << 16;
 /// pages.
 const CHUNK_PAGES: u64 = 16384;
 /// Untimed repetitions before each timed series.
-const WARMUP: usize = 10;
+pub const WARMUP: usize = 10;
 
 /// What to run.
 pub struct Config {
