@@ -134,6 +134,7 @@ test_bench_short() {
 	cat /tmp/bench.out
 	[ $rc -eq 0 ] || fail "gdrpeer-bench run: status $rc"
 	grep -q 'hit at 64 regions vs 16' /tmp/bench.out || fail "no ratios printed"
+	grep -q '^dma-buf hit: export' /tmp/bench.out || fail "no dma-buf measurements (gdrnic loaded)"
 	gdrpeer-bench render /tmp/bench.json --svg /tmp/bench.svg >/tmp/render.out ||
 		fail "gdrpeer-bench render"
 	grep -q '^ratios' /tmp/render.out || fail "render printed no ratios"

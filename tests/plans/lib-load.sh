@@ -31,12 +31,15 @@ fuzz_run() {
 }
 
 # bench_run ARGS...: nvsim with its default pin cost, gdrpeer with no region
-# limit (the cache keeps every region the benchmark pins), then gdrpeer-bench
-# run ARGS, writing /tmp/bench.json (userspace/gdrpeer-bench).
+# limit (the cache keeps every region the benchmark pins) and the sample NIC
+# (the importer of the dma-buf measurements; invalidate_warn_ms as for the
+# NIC tests), then gdrpeer-bench run ARGS, writing /tmp/bench.json
+# (userspace/gdrpeer-bench).
 bench_run() {
 	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko &&
-		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 invalidate_warn_ms=1000 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-bench run --json /tmp/bench.json "$@"
 	rc=$?
 	unload_nv_stack

@@ -3,10 +3,12 @@
 //! `gdrpeer-bench`: gdrpeer's benchmarks. Figures, not pass/fail.
 //!
 //! `gdrpeer-bench run` measures, in the test guest (`make bench`), with nvsim.ko and gdrpeer.ko
-//! loaded and the simulated libcuda on the library path; it prints the table and writes the
+//! loaded (and gdrnic.ko, the sample NIC, for the dma-buf measurements) and the simulated libcuda
+//! on the library path; it prints the table and writes the
 //! figures as JSON; without a CUDA driver library it exits with status 3. `gdrpeer-bench render`
 //! turns that JSON, on the host, into the table, an rst version of it and the plot.
 
+mod dmabuf;
 mod mapping;
 mod measure;
 mod plot;

@@ -12,7 +12,7 @@ const K64: u64 = 1 << 16;
 /// pages.
 const CHUNK_PAGES: u64 = 16384;
 /// Untimed repetitions before each timed series.
-const WARMUP: usize = 10;
+pub const WARMUP: usize = 10;
 
 /// What to run.
 pub struct Config {
@@ -299,6 +299,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let mut skipped = Vec::new();
     let (map_ops, copies) = crate::mapping::run(&dev, &cuda, cfg, &mut skipped)?;
     ops.extend(map_ops);
+    ops.extend(crate::dmabuf::run(&cuda, cfg, &mut skipped)?);
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
     let close = Instant::now();

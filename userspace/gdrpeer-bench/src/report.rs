@@ -176,6 +176,18 @@ impl Report {
                     self.op("gdrdrv_cached_4mib"),
                 ),
             ),
+            (
+                "dma-buf hit vs kernel-API registration hit".into(),
+                ratio(self.op("dmabuf_hit"), self.op("nic_reg_hit")),
+            ),
+            (
+                "dma-buf hit (kernel-API export) vs kernel-API hit".into(),
+                ratio(self.op("dmabuf_kapi_hit"), self.op("nic_reg_hit")),
+            ),
+            (
+                "dma-buf miss (NOCACHE pin per use) vs dma-buf hit".into(),
+                ratio(self.op("dmabuf_miss"), self.op("dmabuf_hit")),
+            ),
         ]
     }
 
@@ -423,6 +435,9 @@ mod tests {
                 op("tag_check_hit", 7500),
                 op("gdrdrv_cached_64kib", 20_000),
                 op("gdrdrv_nocache_64kib", 300_000),
+                op("nic_reg_hit", 8000),
+                op("dmabuf_hit", 20_000),
+                op("dmabuf_miss", 400_000),
             ],
             copies: vec![CopyPoint {
                 bytes: 4096,
@@ -437,8 +452,11 @@ mod tests {
         let got: Vec<String> = r.ratios().into_iter().map(|(_, v)| v).collect();
         assert_eq!(
             got,
-            ["2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x", "15.00x", "n/a"]
-                .map(String::from)
+            [
+                "2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x", "15.00x", "n/a", "2.50x",
+                "n/a", "20.00x"
+            ]
+            .map(String::from)
         );
         assert!(r.table().contains("hit at 65536 regions vs 16"));
         // 4096 B in 2.048 us and 8.192 us.

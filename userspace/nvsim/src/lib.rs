@@ -2,8 +2,10 @@
 
 //! `/dev/nvsim` from user space: simulated GPU memory (tests/nvsim/nvsim_uapi.h).
 //!
-//! Used by nvsim's tests and by the simulated libcuda.
+//! Used by nvsim's tests and by the simulated libcuda; [`gdrnic`] (the sample NIC) and
+//! [`testing`] by the in-guest test programs.
 
+pub mod gdrnic;
 pub mod testing;
 
 use rustix::{

@@ -1,0 +1,197 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The dma-buf benchmarks, with the sample NIC (gdrnic.ko) as importer: what a NIC's
+//! registration of 64 KiB of GPU memory costs through a dma-buf (EXPORT_DMABUF, then the
+//! NIC's attach and map, as ibv_reg_dmabuf_mr() makes them) against gdrpeer's kernel API
+//! (`gdrpeer_mr_pin`), on a cached region and when every use pins anew.
+
+use crate::measure::{c, g, op, series, timed, Config, WARMUP};
+use crate::report::Op;
+use gdrpeer::{cuda::Cuda, Device, PinFlags};
+use nvsim::gdrnic::{nstat, Nic, DMABUF_KAPI};
+use rustix::{fd::AsRawFd, io::Errno};
+use std::time::Duration;
+
+const K64: u64 = 1 << 16;
+
+/// What a repetition calls: NVIDIA's pin (nvsim's `get_pages_calls`), NVIDIA's DMA mapping
+/// (`dma_map_calls`) and the importer's map of the dma-buf (gdrnic's `dmabuf_maps`).
+type Calls = [u64; 3];
+const NONE: Calls = [0, 0, 0];
+const IMPORT: Calls = [0, 0, 1];
+const PIN_AND_IMPORT: Calls = [1, 1, 1];
+
+fn calls() -> Result<Calls, String> {
+    let s = nvsim::testing::stats()?;
+    let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
+    Ok([
+        get("get_pages_calls")?,
+        get("dma_map_calls")?,
+        nstat("dmabuf_maps")?,
+    ])
+}
+
+/// A NIC call's result, its error named.
+fn n<T>(r: Result<T, Errno>, what: &str) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// `series` of `f`, which must make `per_rep` calls each time: a hit that pinned or
+/// DMA-mapped, or an import that did not map, would measure something else.
+fn checked(
+    key: &str,
+    what: &str,
+    reps: usize,
+    per_rep: Calls,
+    f: impl FnMut() -> Result<Duration, String>,
+) -> Result<Op, String> {
+    let before = calls()?;
+    let latency = series(reps, f)?;
+    let after = calls()?;
+    let times = (WARMUP + reps) as u64;
+    let made: Calls = std::array::from_fn(|i| after[i] - before[i]);
+    if made != per_rep.map(|k| k * times) {
+        return Err(format!(
+            "{what}: {} nv-p2p pins, {} DMA mappings and {} dma-buf maps in {times} \
+             repetitions, expected {}, {} and {} each",
+            made[0], made[1], made[2], per_rep[0], per_rep[1], per_rep[2]
+        ));
+    }
+    Ok(op(key, what, latency))
+}
+
+/// GPU memory whose first 64 KiB are a GPU page of its own: allocations of a pool block or
+/// more are not carved out of a shared block.
+fn own_page(cuda: &Cuda) -> Result<u64, String> {
+    c(cuda.mem_alloc(nvsim::POOL_BLOCK as usize))
+}
+
+/// The measurements, on `nic` and a file of gdrpeer's of their own.
+fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<(), String> {
+    let dev = g(Device::open_default(), "open")?;
+    let hit_buf = own_page(cuda)?;
+    let miss_buf = own_page(cuda)?;
+
+    // The NIC's own registration, gdrpeer_mr_pin() in the NIC's context: a hit once the
+    // first one has pinned the region and DMA-mapped it for the NIC.
+    let nic_reg = || {
+        Ok(timed(|| {
+            let mr = n(nic.reg(hit_buf, K64), "REG")?;
+            n(nic.dereg(mr.handle), "DEREG")
+        })?
+        .1)
+    };
+    nic_reg()?;
+    ops.push(checked(
+        "nic_reg_hit",
+        "NIC REG + DEREG, kernel API, cache hit (64 KiB)",
+        cfg.reps,
+        NONE,
+        nic_reg,
+    )?);
+
+    // A handle on a region cached in `dev`'s context, exported again and again; the first
+    // attach DMA-maps the region for the NIC, and the region keeps that mapping.
+    let pin = g(dev.pin(hit_buf, K64, PinFlags::empty()), "pin")?;
+    ops.push(checked(
+        "dmabuf_export_close",
+        "EXPORT_DMABUF + close, cache hit (64 KiB)",
+        cfg.reps,
+        NONE,
+        || {
+            Ok(timed(|| {
+                g(dev.export_dmabuf(pin.handle), "EXPORT_DMABUF")?;
+                Ok(())
+            })?
+            .1)
+        },
+    )?);
+    let dmabuf_hit = || {
+        Ok(timed(|| {
+            let buf = g(dev.export_dmabuf(pin.handle), "EXPORT_DMABUF")?;
+            let mr = n(
+                nic.reg_dmabuf(buf.fd.as_raw_fd(), 0, buf.offset, K64),
+                "REG_DMABUF",
+            )?;
+            n(nic.dereg(mr.handle), "DEREG")
+        })?
+        .1)
+    };
+    dmabuf_hit()?;
+    ops.push(checked(
+        "dmabuf_hit",
+        "dma-buf hit: export + REG_DMABUF + DEREG + close (64 KiB)",
+        cfg.reps,
+        IMPORT,
+        dmabuf_hit,
+    )?);
+    g(dev.unpin(pin.handle), "unpin")?;
+
+    // The NIC exports the range itself (gdrpeer_dmabuf_export(): a pin in its context, which
+    // hits the region of its REGs above) and imports it; DEREG puts the last reference to
+    // the dma-buf, which releases it.
+    let kapi_hit = || {
+        Ok(timed(|| {
+            let mr = n(
+                nic.reg_dmabuf(-1, DMABUF_KAPI, hit_buf, K64),
+                "REG_DMABUF (kernel API export)",
+            )?;
+            n(nic.dereg(mr.handle), "DEREG")
+        })?
+        .1)
+    };
+    kapi_hit()?;
+    ops.push(checked(
+        "dmabuf_kapi_hit",
+        "NIC REG_DMABUF (kernel API export) + DEREG, hit (64 KiB)",
+        cfg.reps,
+        IMPORT,
+        kapi_hit,
+    )?);
+
+    // Every use pins anew: NVIDIA's pin, the DMA mapping at attach, NVIDIA's unpin at UNPIN.
+    ops.push(checked(
+        "dmabuf_miss",
+        "dma-buf miss: PIN NOCACHE, export, import, UNPIN (64 KiB)",
+        cfg.slow_reps,
+        PIN_AND_IMPORT,
+        || {
+            Ok(timed(|| {
+                let p = g(dev.pin(miss_buf, K64, PinFlags::NOCACHE), "pin")?;
+                let buf = g(dev.export_dmabuf(p.handle), "EXPORT_DMABUF")?;
+                let mr = n(
+                    nic.reg_dmabuf(buf.fd.as_raw_fd(), 0, buf.offset, K64),
+                    "REG_DMABUF",
+                )?;
+                n(nic.dereg(mr.handle), "DEREG")?;
+                drop(buf);
+                g(dev.unpin(p.handle), "unpin")
+            })?
+            .1)
+        },
+    )?);
+
+    // Closing the file unpins what it cached; the NIC's context keeps its region until the
+    // memory is freed.
+    drop(dev);
+    c(cuda.mem_free(hit_buf))?;
+    c(cuda.mem_free(miss_buf))
+}
+
+/// The dma-buf and NIC registration measurements. Without `/dev/gdrnic` (gdrnic.ko not
+/// loaded), says so in `skipped`.
+pub fn run(cuda: &Cuda, cfg: &Config, skipped: &mut Vec<String>) -> Result<Vec<Op>, String> {
+    let mut ops = Vec::new();
+    match Nic::open() {
+        Ok(nic) => measure(&nic, cuda, cfg, &mut ops)?,
+        Err(e) => skipped.push(format!(
+            "dma-buf and NIC registrations: /dev/gdrnic: {e}{}",
+            if e == Errno::NOENT {
+                " (gdrnic.ko not loaded)"
+            } else {
+                ""
+            }
+        )),
+    }
+    Ok(ops)
+}

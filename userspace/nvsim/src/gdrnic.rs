@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `/dev/gdrnic` from user space: the test rig's sample NIC driver (tests/gdrnic, its
+//! interface in gdrnic_uapi.h), which registers GPU memory through gdrpeer's kernel API or
+//! imports gdrpeer's dma-bufs, and moves bytes by peer-to-peer DMA. Used by gdrpeer-test and
+//! gdrpeer-bench.
+
+use rustix::{
+    fd::OwnedFd,
+    fs::{open, Mode, OFlags},
+    io::Errno,
+    ioctl,
+};
+
+/// The NIC's page: GPU pages are 64 KiB.
+const PAGE: u64 = 1 << 16;
+
+/// `struct gdrnic_reg_args` (tests/gdrnic/gdrnic_uapi.h).
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct RegArgs {
+    va: u64,
+    len: u64,
+    addrs: u64,
+    addrs_cap: u32,
+    handle: u32,
+    aligned_va: u64,
+    offset: u64,
+    page_count: u32,
+    page_size: u32,
+}
+
+/// `struct gdrnic_xfer_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct XferArgs {
+    pub handle: u32,
+    pub pad: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub buf: u64,
+}
+
+/// `struct gdrnic_dmabuf_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct DmabufArgs {
+    fd: i32,
+    flags: u32,
+    offset: u64,
+    len: u64,
+    handle: u32,
+    nents: u32,
+}
+
+/// `GDRNIC_DMABUF_PINNED`: a pinned import (dma_buf_pin) that takes invalidation as
+/// revocation.
+pub const DMABUF_PINNED: u32 = 1 << 0;
+/// `GDRNIC_DMABUF_KAPI`: the NIC exports `[offset, offset + len)` of the caller's GPU memory
+/// itself with `gdrpeer_dmabuf_export()`, then imports it.
+pub const DMABUF_KAPI: u32 = 1 << 1;
+/// `GDRNIC_DMABUF_NO_P2P`: an importer without `allow_peer2peer` (gdrpeer must refuse it).
+pub const DMABUF_NO_P2P: u32 = 1 << 2;
+/// `GDRNIC_DMABUF_NO_INVALIDATE`: an importer without an invalidate op (refused likewise).
+pub const DMABUF_NO_INVALIDATE: u32 = 1 << 3;
+
+const MAGIC: u8 = 0xDD;
+const REG: ioctl::Opcode = ioctl::opcode::read_write::<RegArgs>(MAGIC, 1);
+const DEREG: ioctl::Opcode = ioctl::opcode::write::<u32>(MAGIC, 2);
+pub const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
+pub const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
+const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC, 5);
+/// GDRNIC_XFER_MAX.
+pub const XFER_MAX: u64 = 1 << 20;
+
+/// A registration of GPU memory with the NIC.
+#[derive(Debug, Clone)]
+pub struct Mr {
+    pub handle: u32,
+    pub aligned_va: u64,
+    pub offset: u64,
+    pub page_size: u32,
+    /// The DMA addresses the NIC uses, one per GPU page.
+    pub dma: Vec<u64>,
+}
+
+/// A registration that is a dma-buf import: transfers take offsets from its start, as for
+/// [`Mr`].
+#[derive(Debug, Clone, Copy)]
+pub struct DmabufMr {
+    pub handle: u32,
+    /// DMA segments of the import's first mapping.
+    pub nents: u32,
+}
+
+/// An open `/dev/gdrnic`: one gdrpeer context of the opening process.
+pub struct Nic {
+    fd: OwnedFd,
+}
+
+impl Nic {
+    pub fn open() -> Result<Self, Errno> {
+        let fd = open("/dev/gdrnic", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(Nic { fd })
+    }
+
+    /// Registers `[va, va + len)` of the caller's GPU memory.
+    pub fn reg(&self, va: u64, len: u64) -> Result<Mr, Errno> {
+        let mut dma = vec![0u64; (len / PAGE + 2) as usize];
+        let mut a = RegArgs {
+            va,
+            len,
+            addrs: dma.as_mut_ptr() as u64,
+            addrs_cap: dma.len() as u32,
+            ..Default::default()
+        };
+        // SAFETY: REG reads and writes one `RegArgs` and writes at most `addrs_cap` u64s to
+        // `addrs`, which points to that many.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<REG, RegArgs>::new(&mut a)) }?;
+        dma.truncate(a.page_count as usize);
+        Ok(Mr {
+            handle: a.handle,
+            aligned_va: a.aligned_va,
+            offset: a.offset,
+            page_size: a.page_size,
+            dma,
+        })
+    }
+
+    /// Imports `len` bytes at byte `offset` of the dma-buf `fd` (a raw number: the NIC
+    /// checks it) and maps it, as ibv_reg_dmabuf_mr() does; `flags` are `DMABUF_*`. With
+    /// [`DMABUF_KAPI`], `fd` is unused and `offset` is the GPU va that the NIC exports itself.
+    pub fn reg_dmabuf(
+        &self,
+        fd: i32,
+        flags: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<DmabufMr, Errno> {
+        let mut a = DmabufArgs {
+            fd,
+            flags,
+            offset,
+            len,
+            ..Default::default()
+        };
+        // SAFETY: REG_DMABUF reads and writes one `DmabufArgs`, which holds no pointers.
+        unsafe {
+            ioctl::ioctl(
+                &self.fd,
+                ioctl::Updater::<REG_DMABUF, DmabufArgs>::new(&mut a),
+            )
+        }?;
+        Ok(DmabufMr {
+            handle: a.handle,
+            nents: a.nents,
+        })
+    }
+
+    pub fn dereg(&self, handle: u32) -> Result<(), Errno> {
+        // SAFETY: DEREG reads one u32.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<DEREG, u32>::new(handle)) }
+    }
+
+    /// GPU -> NIC: `len` bytes at `offset` from the registered va.
+    pub fn send(&self, handle: u32, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0u8; len];
+        self.xfer_raw::<SEND>(handle, offset, len as u64, buf.as_mut_ptr() as u64)?;
+        Ok(buf)
+    }
+
+    /// NIC -> GPU: `data` to `offset` from the registered va.
+    pub fn recv(&self, handle: u32, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        self.xfer_raw::<RECV>(handle, offset, data.len() as u64, data.as_ptr() as u64)
+    }
+
+    pub fn xfer_raw<const OP: ioctl::Opcode>(
+        &self,
+        handle: u32,
+        offset: u64,
+        len: u64,
+        buf: u64,
+    ) -> Result<(), Errno> {
+        let a = XferArgs {
+            handle,
+            pad: 0,
+            offset,
+            len,
+            buf,
+        };
+        self.xfer_args::<OP>(a)
+    }
+
+    pub fn xfer_args<const OP: ioctl::Opcode>(&self, a: XferArgs) -> Result<(), Errno> {
+        // SAFETY: SEND and RECV read one `XferArgs`; the kernel checks `buf` (its length is
+        // `len` for every caller here but the bad-pointer test, which expects EFAULT).
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<OP, XferArgs>::new(a)) }
+    }
+}
+
+/// A counter of gdrnic's (debugfs gdrnic/stats): `registrations` (live, dma-buf imports
+/// included), `invalidations`, `transfers`, `failed_transfers`, `gpu_dma_bytes`, `dma_ops`,
+/// `dmabuf_imports` (live), `dmabuf_maps`, `dmabuf_invalidations`.
+pub fn nstat(name: &str) -> Result<u64, String> {
+    crate::testing::name_values("/sys/kernel/debug/gdrnic/stats")?
+        .get(name)
+        .copied()
+        .ok_or_else(|| format!("no gdrnic counter {name}"))
+}
