@@ -490,7 +490,15 @@ impl Context {
         };
         let range = *region.pinned.range();
         // The new region replaces every region it overlaps.
-        for old in inner.overlapping(kind, &range)? {
+        let replaced = match inner.overlapping(kind, &range) {
+            Ok(replaced) => replaced,
+            Err(e) => {
+                // Pinned but in no tree and no account yet: give it back at once.
+                inner.release(&region);
+                return Err(e);
+            }
+        };
+        for old in replaced {
             inner.forget(&old);
             if inner.book(&old).refs == 0 {
                 inner.release(&old);
@@ -683,20 +691,15 @@ impl Context {
         inner.closed = true;
         let handles = core::mem::take(&mut inner.handles);
         let lru = core::mem::take(&mut inner.lru);
-        let mut regions = KVec::new();
-        for tree in inner.regions.iter_mut() {
-            let tree = core::mem::take(tree);
-            for (_, region) in tree.iter() {
-                // Failing to note one only leaves it to the handles or the callback.
-                let _ = regions.push(region.clone(), GFP_KERNEL);
-            }
-        }
+        // Taken out whole, so that nothing here allocates: a close cannot fail, and a region
+        // it could not note would stay pinned.
+        let trees = core::mem::take(&mut inner.regions);
         for (_, region) in lru.iter() {
             region.book.access_mut(&mut inner).lru_tick = 0;
         }
         // An exported region stays pinned for its dma-bufs; the last one's
         // [`Context::unexport`] releases it.
-        for region in regions.iter() {
+        for (_, region) in trees.iter().flat_map(|tree| tree.iter()) {
             region.book.access_mut(&mut inner).in_tree = false;
             if inner.book(region).exports == 0 {
                 inner.release(region);
@@ -708,7 +711,7 @@ impl Context {
         }
         inner.stats.handles = 0;
         drop(inner);
-        drop((handles, lru, regions));
+        drop((handles, lru, trees));
     }
 
     /// Formats the context's counters (debugfs `stats`).
