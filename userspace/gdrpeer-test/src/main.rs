@@ -14,6 +14,7 @@
 //! [`proc`].
 
 mod demo;
+mod failnth;
 mod fuzz;
 mod gdrdrv_sanity;
 mod helpers;
