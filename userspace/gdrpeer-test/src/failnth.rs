@@ -29,7 +29,7 @@
 //! check failed). A failed check does not end the walk unless something is left over after
 //! the step: every failing allocation of the operation is reported.
 
-use crate::helpers::gdrpeer_idle;
+use crate::helpers::{gdrpeer_idle, gstats};
 use crate::proc;
 use nvsim::testing::{errno, stat, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
@@ -160,6 +160,18 @@ pub fn walk<S>(op: &Op<S>, released: fn() -> TestResult) -> TestResult {
     Ok(())
 }
 
+/// `op` once with its `n`-th allocation failed: what the call returned. An error if no fault
+/// was injected or the step's checks failed.
+pub fn fail_once<S>(op: &Op<S>, n: u32) -> Result<Result<(), Errno>, String> {
+    let _faults = FaultConfig::fail_sleeping_allocations()?;
+    let step = run_step(op, n).map_err(|e| format!("{}: {e}", op.name))?;
+    check!(step.injected, "{}: {step} (no allocation {n})", op.name);
+    if let Some(e) = &step.wrong {
+        return Err(format!("{}: allocation {n} failed: {step}: {e}", op.name));
+    }
+    Ok(step.result)
+}
+
 /// One step: setup, the call with its `n`-th allocation failed (none if `n` is 0), finish;
 /// in a child if the operation asks for it. Err: the step could not run.
 fn run_step<S>(op: &Op<S>, n: u32) -> Result<Step, String> {
@@ -240,7 +252,17 @@ fn step<S>(op: &Op<S>, n: u32) -> Result<Step, String> {
 
 /// Nothing pinned nor mapped for a peer any more, nvsim says, and gdrpeer holds nothing.
 fn nothing_pinned() -> TestResult {
-    gdrpeer_idle()?;
+    gdrpeer_idle().map_err(|e| {
+        let held = gstats().map_or_else(
+            |e| e,
+            |s| {
+                ["contexts", "regions", "pinned_bytes", "deferred_releases"]
+                    .map(|k| format!("{k} {}", s.get(k).copied().unwrap_or_default()))
+                    .join(", ")
+            },
+        );
+        format!("{e} (gdrpeer holds {held})")
+    })?;
     for c in ["pins_live", "dma_mappings_live", "bar1_used"] {
         check_eq!(stat(c)?, 0, c);
     }

@@ -7,7 +7,7 @@
 //! usable and the cache consistent: no handle made, and as many nv-p2p pins live as the file
 //! counts regions.
 
-use crate::failnth::{walk, Op, Ready};
+use crate::failnth::{fail_once, walk, Op, Ready};
 use crate::helpers::{all_released, dev, edu, fails, gstat, ok, pin_args, raw_pin, K64};
 use gdrpeer::{
     gdrdrv::{self, Gdrdrv},
@@ -682,6 +682,20 @@ const GDRDRV_UNPIN: Op<GdrdrvPinned> = Op {
     finish: gdrdrv_unpinned_finish,
     forked: false,
 };
+
+/// The bad-input table's `allocation-fails` row: open, PIN, DMA_MAP, mmap, EXPORT_DMABUF and
+/// gdrdrv's PIN_BUFFER, each with its first allocation failed (the walks find that one fails
+/// the call): what each returned.
+pub fn first_allocations_failed() -> Result<Vec<Result<(), Errno>>, String> {
+    Ok(vec![
+        fail_once(&OPEN, 1)?,
+        fail_once(&PIN_MISS, 1)?,
+        fail_once(&DMA_MAP, 1)?,
+        fail_once(&MMAP, 1)?,
+        fail_once(&EXPORT_DMABUF, 1)?,
+        fail_once(&GDRDRV_PIN, 1)?,
+    ])
+}
 
 pub const TESTS: &[Test] = &[
     ("gdrpeer-failnth-open", || walk(&OPEN, all_released)),

@@ -7,7 +7,7 @@ pub mod badinput;
 mod cache;
 mod callback;
 mod events;
-mod failnth;
+pub mod failnth;
 mod gdrdrv_device;
 mod mmap;
 mod pinning;
