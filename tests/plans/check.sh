@@ -225,6 +225,8 @@ run_plan() {
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
 	NVSIM_FILTER='nvsim-persistent-flags|nvsim-page-table-version' NVSIM_SUFFIX=-coherent nvsim_suite coherent=1
+	# The default run includes the allocation-failure walks (gdrpeer-failnth-*,
+	# testing.rst), whole: about two minutes under TCG; --nic has gdrnic's two.
 	GDRPEER_FILTER="" GDRPEER_SUFFIX="" gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite

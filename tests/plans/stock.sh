@@ -7,9 +7,10 @@
 # These kernels have no sanitizers: a freed object is handed out again at once,
 # as on every machine users run, so a stale pointer meets a live object instead
 # of one that KASAN's quarantine holds back. The suites and the short stress and
-# fuzzing runs here are the sanitizer-free ones. KUnit, MODVERSIONS and lockdep
-# are not built into them: those cases run on the test kernel, and are reported
-# skipped here, with the reason.
+# fuzzing runs here are the sanitizer-free ones. KUnit, MODVERSIONS, lockdep
+# and fault injection are not built into them: those cases run on the test
+# kernel, and are reported skipped here, with the reason (gdrpeer-test skips its
+# allocation-failure walks itself).
 # Sourced by the guest's /init after lib.sh; tests/vm/check runs it.
 
 . $GDRPEER/plans/lib-demo.sh

@@ -16,6 +16,7 @@
 
 mod demo;
 mod dmabuf;
+mod failnth;
 mod fuzz;
 mod gdrdrv_sanity;
 mod helpers;

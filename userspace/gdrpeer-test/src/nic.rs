@@ -4,12 +4,13 @@
 //! peer-to-peer DMA between (simulated) GPU memory and QEMU's edu device, through gdrpeer's
 //! kernel API. Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded.
 
+use crate::failnth::{walk, Op, Ready};
 use crate::helpers::{
     all_released, eventually, gdrpeer_idle, gstat, p2pclient_addresses, param, pattern, K64,
 };
 use crate::proc;
 pub use nvsim::gdrnic::{
-    nstat, DmabufMr, Mr, Nic, XferArgs, DMABUF_KAPI, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P,
+    nstat, DmabufMr, Mr, Nic, RegArgs, XferArgs, DMABUF_KAPI, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P,
     DMABUF_PINNED, RECV, SEND, XFER_MAX,
 };
 use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult, SKIP};
@@ -435,6 +436,74 @@ pub const LOCKDEP_TESTS: &[harness::Test] = &[(
     lockdep_sees_lock_taken_in_callback,
 )];
 
+// --- Allocation-failure walks of the kernel API ([`crate::failnth`]) ----------------------
+
+/// open of `/dev/gdrnic`: gdrnic's own allocation and gdrpeer_ctx_create().
+const OPEN: Op<Option<Nic>> = Op {
+    name: "gdrnic-open",
+    setup: || Ok((None, None)),
+    call: |n| {
+        *n = Some(Nic::open()?);
+        Ok(())
+    },
+    finish: |_, _| Ok(()),
+    forked: false,
+};
+
+/// What a REG needs besides the GPU memory, made before it: the file and the DMA address
+/// array.
+struct Reg {
+    n: Nic,
+    va: u64,
+    a: RegArgs,
+    dma: Vec<u64>,
+}
+
+fn reg_setup() -> Ready<Reg> {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+    let r = Reg {
+        n: nic()?,
+        va,
+        a: RegArgs::default(),
+        dma: vec![u64::MAX; 4],
+    };
+    Ok((r, Some(gpu)))
+}
+
+/// REG of three pages at an unaligned va: gdrpeer_mr_pin(), a miss (nvsim's get_pages), the
+/// DMA mapping for edu (nvsim's dma_map_pages) and gdrnic's own allocations.
+fn reg_call(r: &mut Reg) -> Result<(), Errno> {
+    r.a.va = r.va + K64 + 333;
+    r.a.len = 2 * K64;
+    r.n.reg_into(&mut r.a, &mut r.dma)
+}
+
+fn reg_finish(r: Reg, result: Result<(), Errno>) -> TestResult {
+    if result.is_err() {
+        return Ok(());
+    }
+    check_eq!(
+        (r.a.aligned_va, r.a.page_count),
+        (r.va + K64, 3),
+        "registered window"
+    );
+    check_eq!(
+        r.dma[..3],
+        p2pclient_addresses(r.va + K64, 3 * K64)?[..],
+        "DMA addresses"
+    );
+    r.n.dereg(r.a.handle).map_err(errno)
+}
+
+const REG_OP: Op<Reg> = Op {
+    name: "gdrnic-reg",
+    setup: reg_setup,
+    call: reg_call,
+    finish: reg_finish,
+    forked: false,
+};
+
 pub const TESTS: &[harness::Test] = &[
     ("gdrnic-round-trip", round_trip),
     (
@@ -463,4 +532,6 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-slow-invalidate-is-reported",
         slow_invalidate_is_reported,
     ),
+    ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
+    ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];

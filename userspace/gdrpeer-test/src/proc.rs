@@ -55,6 +55,21 @@ pub fn wait(pid: libc::pid_t) -> TestResult {
     Ok(())
 }
 
+/// How a child ended: `Ok(code)` if it exited, `Err(signal)` if a signal killed it.
+pub fn wait_status(pid: libc::pid_t) -> Result<Result<i32, i32>, String> {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    check!(
+        unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
+        "waitpid"
+    );
+    if libc::WIFSIGNALED(status) {
+        Ok(Err(libc::WTERMSIG(status)))
+    } else {
+        Ok(Ok(libc::WEXITSTATUS(status)))
+    }
+}
+
 /// Sends the file `fd` over the Unix socket `sock` (SCM_RIGHTS).
 pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> TestResult {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];

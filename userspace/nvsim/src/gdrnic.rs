@@ -18,16 +18,16 @@ const PAGE: u64 = 1 << 16;
 /// `struct gdrnic_reg_args` (tests/gdrnic/gdrnic_uapi.h).
 #[repr(C)]
 #[derive(Default, Debug, Clone, Copy)]
-struct RegArgs {
-    va: u64,
-    len: u64,
-    addrs: u64,
-    addrs_cap: u32,
-    handle: u32,
-    aligned_va: u64,
-    offset: u64,
-    page_count: u32,
-    page_size: u32,
+pub struct RegArgs {
+    pub va: u64,
+    pub len: u64,
+    pub addrs: u64,
+    pub addrs_cap: u32,
+    pub handle: u32,
+    pub aligned_va: u64,
+    pub offset: u64,
+    pub page_count: u32,
+    pub page_size: u32,
 }
 
 /// `struct gdrnic_xfer_args`.
@@ -110,13 +110,9 @@ impl Nic {
         let mut a = RegArgs {
             va,
             len,
-            addrs: dma.as_mut_ptr() as u64,
-            addrs_cap: dma.len() as u32,
             ..Default::default()
         };
-        // SAFETY: REG reads and writes one `RegArgs` and writes at most `addrs_cap` u64s to
-        // `addrs`, which points to that many.
-        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<REG, RegArgs>::new(&mut a)) }?;
+        self.reg_into(&mut a, &mut dma)?;
         dma.truncate(a.page_count as usize);
         Ok(Mr {
             handle: a.handle,
@@ -125,6 +121,15 @@ impl Nic {
             page_size: a.page_size,
             dma,
         })
+    }
+
+    /// REG of `a.va` and `a.len`, the DMA addresses written to `dma`; `a` gets the rest.
+    pub fn reg_into(&self, a: &mut RegArgs, dma: &mut [u64]) -> Result<(), Errno> {
+        a.addrs = dma.as_mut_ptr() as u64;
+        a.addrs_cap = dma.len() as u32;
+        // SAFETY: REG reads and writes one `RegArgs` and writes at most `addrs_cap` u64s to
+        // `addrs`, which points to that many.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<REG, RegArgs>::new(a)) }
     }
 
     /// Imports `len` bytes at byte `offset` of the dma-buf `fd` (a raw number: the NIC

@@ -8,7 +8,7 @@
 //! memory: zapped before the pages can go, SIGBUS after.
 
 use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
-use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait};
+use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait, wait_status};
 use gdrpeer::{uapi, PinFlags, PinState};
 use nvsim::testing::{debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -19,21 +19,6 @@ use rustix::{
 };
 
 const K4: u64 = 4096;
-
-/// How a child ended: `Ok(code)` if it exited, `Err(signal)` if a signal killed it.
-fn wait_status(pid: libc::pid_t) -> Result<Result<i32, i32>, String> {
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    check!(
-        unsafe { libc::waitpid(pid, &mut status, 0) } == pid,
-        "waitpid"
-    );
-    if libc::WIFSIGNALED(status) {
-        Ok(Err(libc::WTERMSIG(status)))
-    } else {
-        Ok(Ok(libc::WEXITSTATUS(status)))
-    }
-}
 
 /// Write through the mapping, read through nvsim; write through nvsim, read through the
 /// mapping.

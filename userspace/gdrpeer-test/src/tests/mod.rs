@@ -7,6 +7,7 @@ pub mod badinput;
 mod cache;
 mod callback;
 mod events;
+pub mod failnth;
 mod gdrdrv_device;
 mod mmap;
 mod pinning;
@@ -16,7 +17,7 @@ mod regcache;
 use nvsim::testing::Test;
 
 /// The subjects' tables, in the order they run.
-const SUBJECTS: [&[Test]; 9] = [
+const SUBJECTS: [&[Test]; 10] = [
     pinning::TESTS,
     cache::TESTS,
     callback::TESTS,
@@ -26,6 +27,7 @@ const SUBJECTS: [&[Test]; 9] = [
     mmap::TESTS,
     events::TESTS,
     gdrdrv_device::TESTS,
+    failnth::TESTS,
 ];
 
 /// Every test of the default run, in order.
