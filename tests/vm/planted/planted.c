@@ -2,7 +2,8 @@
 /*
  * planted: deliberate kernel bugs, triggered one at a time through debugfs,
  * so that the test rig can prove its kernel-log oracle catches each kind of
- * report. Loaded only by the rig's last test; never part of the product.
+ * report. Loaded only by the tests that prove the oracle (the last of
+ * check.sh, the first of kcsan.sh); never part of the product.
  *
  *   echo kasan   > /sys/kernel/debug/planted/trigger   out-of-bounds read
  *   echo lockdep > ...                                 AB-BA lock order
