@@ -8,6 +8,7 @@
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
 #   make demo                                     the main job, end to end, in the test VM
 #   make stress | fuzz                            the long stress and ioctl fuzzing runs
+#                                                 (stress: also both on the KCSAN kernel)
 #   make bench                                    the benchmarks: table, JSON and plot in build/bench
 #   make clippy | fmt | fmtcheck | rust-analyzer | clean
 #
@@ -140,8 +141,14 @@ demo:
 
 # The long stress and fuzzing runs (make check runs short ones); arguments in
 # STRESS_ARGS="OPS PROCS THREADS SEED" and FUZZ_ARGS="CALLS THREADS SEED".
+# make stress runs the stress run on the test kernel, then both runs on the
+# KCSAN kernel (built on first use, 15-30 minutes), the second even if the
+# first failed; each prints how long its phases took.
 stress:
-	tests/vm/long stress $(STRESS_ARGS)
+	@rc=0; \
+	tests/vm/long stress $(STRESS_ARGS) || rc=1; \
+	tests/vm/long kcsan "$(STRESS_ARGS)" "$(FUZZ_ARGS)" || rc=1; \
+	exit $$rc
 
 fuzz:
 	tests/vm/long fuzz $(FUZZ_ARGS)

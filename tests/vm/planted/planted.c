@@ -2,16 +2,20 @@
 /*
  * planted: deliberate kernel bugs, triggered one at a time through debugfs,
  * so that the test rig can prove its kernel-log oracle catches each kind of
- * report. Loaded only by the rig's last test; never part of the product.
+ * report. Loaded only by the tests that prove the oracle (the last of
+ * check.sh, the first of kcsan.sh); never part of the product.
  *
  *   echo kasan   > /sys/kernel/debug/planted/trigger   out-of-bounds read
  *   echo lockdep > ...                                 AB-BA lock order
  *   echo warning > ...                                 WARN()
  *   echo leak    > ...                                 unreferenced kmalloc
+ *   echo race    > ...                                 data race (KCSAN kernel)
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/debugfs.h>
+#include <linux/jiffies.h>
+#include <linux/kthread.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/sizes.h>
@@ -69,6 +73,40 @@ static noinline void planted_leak(void)
 	pr_info("leaked %d objects of 16 KiB to 128 KiB\n", PLANTED_LEAKS);
 }
 
+/*
+ * A plain counter that a kthread increments while the writer of "race" reads
+ * it, both without a lock or a marked access, for a second: KCSAN samples
+ * accesses, and a second of racing gives it thousands of chances.
+ */
+static unsigned long planted_counter;
+
+static noinline int planted_race_writer(void *unused)
+{
+	while (!kthread_should_stop()) {
+		planted_counter++;
+		cond_resched();
+	}
+	return 0;
+}
+
+static noinline void planted_race(void)
+{
+	unsigned long end = jiffies + HZ, seen = 0;
+	struct task_struct *writer;
+
+	writer = kthread_run(planted_race_writer, NULL, "planted-race");
+	if (IS_ERR(writer))
+		return;
+	while (time_before(jiffies, end)) {
+		seen += planted_counter;
+		/* Read the counter again on each pass, not once before the loop. */
+		barrier();
+		cond_resched();
+	}
+	kthread_stop(writer);
+	pr_info("read a counter racing with its writer (sum %lu)\n", seen);
+}
+
 static ssize_t planted_write(struct file *file, const char __user *ubuf,
 			     size_t len, loff_t *ppos)
 {
@@ -89,6 +127,8 @@ static ssize_t planted_write(struct file *file, const char __user *ubuf,
 		WARN(1, "planted warning\n");
 	else if (!strcmp(buf, "leak"))
 		planted_leak();
+	else if (!strcmp(buf, "race"))
+		planted_race();
 	else
 		return -EINVAL;
 	return len;
