@@ -15,7 +15,7 @@ demo_chain() {
 	echo "# user space asks the module for its versions"
 	gdrpeer info || fail "gdrpeer info"
 	echo "# unload in reverse order"
-	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	unload_wait gdrpeer nvsim || fail "rmmod"
 	cat /proc/modules
 }
 
@@ -30,7 +30,7 @@ demo_pin_cache_revoke() {
 	gdrpeer stats || fail "gdrpeer stats"
 	echo "# the user-space registration cache over (simulated) libcuda: gdrpeer demo"
 	gdrpeer demo || fail "gdrpeer demo"
-	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	unload_wait gdrpeer nvsim || fail "rmmod"
 }
 
 demo_mmap() {
@@ -38,7 +38,7 @@ demo_mmap() {
 	load $M/nvsim.ko || fail "nvsim"
 	load $M/gdrpeer.ko || fail "gdrpeer"
 	gdrpeer-test --demo-mmap || fail "demo"
-	rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	unload_wait gdrpeer nvsim || fail "rmmod"
 }
 
 demo_nic_round_trip() {
@@ -47,7 +47,7 @@ demo_nic_round_trip() {
 	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load"
 	dmesg | grep 'gdrnic' | tail -n 1
 	gdrpeer-test --demo-nic || fail "demo"
-	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
 }
 
 demo_dmabuf() {
@@ -57,5 +57,5 @@ demo_dmabuf() {
 	gdrpeer-test --demo-dmabuf || fail "demo"
 	echo "# gdrnic's counters (debugfs gdrnic/stats)"
 	cat /sys/kernel/debug/gdrnic/stats
-	rmmod gdrnic && rmmod gdrpeer && rmmod nvsim || fail "rmmod"
+	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
 }

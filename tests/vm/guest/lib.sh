@@ -53,6 +53,19 @@ expect_eq() {
 # Loads a module with one finit_module() call; prints the errno name on failure.
 load() { gdrpeer-vmtool insmod "$@"; }
 unload() { rmmod "$1" 2>/dev/null || true; }
+# Unloads modules in order, each given up to 5 s: a closed file's or a revoked region's
+# reference on gdrpeer is put from gdrpeer's workqueue, just after close or the callback
+# returns, so an rmmod at once may find it still held (EAGAIN).
+unload_wait() {
+	for m in "$@"; do
+		tries=5
+		until rmmod "$m" 2>/dev/null; do
+			tries=$((tries - 1))
+			[ $tries -gt 0 ] || { rmmod "$m"; return 1; }
+			sleep 1
+		done
+	done
+}
 unload_all() { for m in gdrnic gdrpeer nvsim planted; do unload $m; done; }
 # Unloads the NVIDIA stand-in and everything built on it, users first.
 unload_nv_stack() { for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done; }
