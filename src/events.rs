@@ -50,6 +50,9 @@ pub(crate) struct Events {
     reader: Mutex<()>,
 }
 
+/// The slots of a queue's first allocation.
+const MIN_SLOTS: usize = 16;
+
 /// Most events one [`Events::read`] hands out.
 pub(crate) const MAX_READ: usize = 32;
 
@@ -84,7 +87,18 @@ impl Events {
     /// Reserves the slot of one more handle that may be revoked.
     pub(crate) fn reserve(&self) -> Result {
         loop {
-            let need = self.queue.lock().reserved + 1;
+            let need = {
+                let mut q = self.queue.lock();
+                if q.reserved < q.pending.capacity() {
+                    // INVARIANT: `reserved + 1 <= capacity`.
+                    q.reserved += 1;
+                    return Ok(());
+                }
+                // Doubled, so that reserving n slots reallocates O(log n) times.
+                (q.reserved + 1)
+                    .max(q.pending.capacity() * 2)
+                    .max(MIN_SLOTS)
+            };
             // Allocated without the spinlock; installed if still big enough.
             let mut bigger = KVec::with_capacity(need, GFP_KERNEL)?;
             let mut q = self.queue.lock();
