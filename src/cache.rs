@@ -9,7 +9,9 @@
 //! root's documentation): [`Context::inner`] is lock 1, `Region::notifiers` lock 4.
 
 use kernel::{
-    fmt, new_condvar, new_mutex, new_spinlock, pci,
+    fmt,
+    list::{AtomicTracker, List, ListArc, ListLinks, TryNewListArc},
+    new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, Mutex, SpinLock},
@@ -127,11 +129,13 @@ pub(crate) struct Inner {
     /// tree never overlap; a revoked region may linger until [`Region::run`] removes it, and
     /// is never a hit.
     regions: [RBTree<u64, Arc<Region>>; 2],
-    /// Unused regions by the tick of their last use: the first is evicted first.
-    lru: RBTree<u64, Arc<Region>>,
+    /// Unused regions, least recently used first: the first is evicted first. A region's
+    /// place in it costs no allocation (its links are in the region).
+    lru: List<Region>,
     handles: RBTree<u64, Handle>,
+    /// Handle nodes' memory kept from unpins for the next pins (at most [`SPARE_HANDLES`]).
+    spare_handles: KVec<RBTreeNodeReservation<u64, Handle>>,
     next_handle: u64,
-    tick: u64,
     stats: Stats,
     closed: bool,
 }
@@ -152,8 +156,8 @@ pub(crate) struct Context {
 struct Book {
     /// Handles that refer to the region.
     refs: u64,
-    /// Key in `Inner::lru` while unused, 0 otherwise.
-    lru_tick: u64,
+    /// Whether the region is in `Inner::lru` (unused).
+    unused: bool,
     /// Whether the region is in `Inner::regions`.
     in_tree: bool,
     /// Whether its bytes are counted in the context and globally.
@@ -167,10 +171,28 @@ struct Book {
 
 /// Front-ends' notifiers on a region (the kernel API's registrations).
 struct Notifiers {
-    list: RBTree<u64, KBox<dyn Notifier>>,
+    list: RBTree<u64, Watcher>,
+    /// A node's memory kept from the last removal for the next registration: a handle's event
+    /// comes and goes with every pin and unpin of a cached region, allocating nothing.
+    spare: Option<RBTreeNodeReservation<u64, Watcher>>,
     next_id: u64,
     /// The free callback has taken `list` and is calling it.
     running: bool,
+}
+
+/// A registered notifier: a handle's event, stored whole, or a front-end's own.
+enum Watcher {
+    Event(HandleEvent),
+    Boxed(KBox<dyn Notifier>),
+}
+
+impl Watcher {
+    fn notify(&self) {
+        match self {
+            Watcher::Event(event) => event.notify(),
+            Watcher::Boxed(notifier) => notifier.notify(),
+        }
+    }
 }
 
 /// A pinned region of GPU memory in a context's cache.
@@ -186,12 +208,25 @@ pub(crate) struct Region {
     notified: CondVar,
     #[pin]
     work: Work<Region>,
+    /// Its place in `Inner::lru`, used by no other list.
+    #[pin]
+    lru_links: ListLinks,
+    #[pin]
+    lru_track: AtomicTracker,
     #[pin]
     pinned: Pinned,
 }
 
 impl_has_work! {
     impl HasWork<Self> for Region { self.work }
+}
+
+kernel::list::impl_list_arc_safe! {
+    impl ListArcSafe<0> for Region { tracked_by lru_track: AtomicTracker; }
+}
+
+kernel::list::impl_list_item! {
+    impl ListItem<0> for Region { using ListLinks { self.lru_links }; }
 }
 
 impl PinOwner for Region {
@@ -258,6 +293,10 @@ fn tree_index(kind: PinKind) -> usize {
     }
 }
 
+/// Handle nodes a context keeps for reuse: a program that pins and unpins a few buffers in
+/// turn allocates nothing for its handles.
+const SPARE_HANDLES: usize = 8;
+
 /// What PIN reports about a new handle.
 pub(crate) struct PinInfo {
     pub(crate) handle: u64,
@@ -302,10 +341,10 @@ impl Context {
                 inner <- new_mutex!(
                     Inner {
                         regions: [RBTree::new(), RBTree::new()],
-                        lru: RBTree::new(),
+                        lru: List::new(),
                         handles: RBTree::new(),
+                        spare_handles: KVec::new(),
                         next_handle: 1,
-                        tick: 0,
                         stats: Stats::default(),
                         closed: false,
                     },
@@ -354,9 +393,9 @@ impl Context {
         let mut inner = self.inner.lock();
         let region = self.acquire(&mut inner, range, kind, sharing, tokens)?;
         let handle = inner.next_handle;
-        let node = self.watch(handle, &region).and_then(|event| {
-            RBTree::try_create_and_insert(
-                &mut inner.handles,
+        let node = inner.handle_node().and_then(|node| {
+            let event = self.watch(handle, &region)?;
+            Ok(node.into_node(
                 handle,
                 Handle {
                     region: region.clone(),
@@ -364,13 +403,16 @@ impl Context {
                     mappings: None,
                     event,
                 },
-                GFP_KERNEL,
-            )
-            .inspect_err(|_| self.unwatch(&region, event))
+            ))
         });
-        if let Err(e) = node {
-            self.drop_ref(&mut inner, &region);
-            return Err(e);
+        match node {
+            Ok(node) => {
+                inner.handles.insert(node);
+            }
+            Err(e) => {
+                self.drop_ref(&mut inner, &region);
+                return Err(e);
+            }
         }
         inner.next_handle += 1;
         inner.stats.handles += 1;
@@ -440,18 +482,12 @@ impl Context {
             events: events.clone(),
             handle,
         };
-        match KBox::new(notifier, GFP_KERNEL).map_err(Error::from) {
-            Ok(notifier) => match region.add_notifier(notifier) {
-                Ok(id) => Ok(Some(id)),
-                Err(e) if e == ENXIO => {
-                    events.push(handle);
-                    Ok(None)
-                }
-                Err(e) => {
-                    events.unreserve();
-                    Err(e)
-                }
-            },
+        match region.add_event(notifier) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e == ENXIO => {
+                events.push(handle);
+                Ok(None)
+            }
             Err(e) => {
                 events.unreserve();
                 Err(e)
@@ -551,14 +587,18 @@ impl Context {
     /// locks, never a `mmap_lock`.
     pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
         let mut inner = self.inner.lock();
-        let h = inner.handles.remove(&handle).ok_or(EINVAL)?;
-        if let Some(mappings) = &h.mappings {
+        let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
+        let (region, mappings, event) = (h.region.clone(), h.mappings.take(), h.event.take());
+        if let Some(node) = inner.handles.remove_node(&handle) {
+            inner.keep_handle_node(node.into_reservation());
+        }
+        if let Some(mappings) = &mappings {
             mappings.end();
             unmap();
         }
         inner.stats.handles -= 1;
-        self.unwatch(&h.region, h.event);
-        self.drop_ref(&mut inner, &h.region);
+        self.unwatch(&region, event);
+        self.drop_ref(&mut inner, &region);
         inner.trim(&params::limits());
         Ok(())
     }
@@ -694,8 +734,8 @@ impl Context {
         // Taken out whole, so that nothing here allocates: a close cannot fail, and a region
         // it could not note would stay pinned.
         let trees = core::mem::take(&mut inner.regions);
-        for (_, region) in lru.iter() {
-            region.book.access_mut(&mut inner).lru_tick = 0;
+        for region in lru.iter() {
+            region.book.access_mut(&mut inner).unused = false;
         }
         // An exported region stays pinned for its dma-bufs; the last one's
         // [`Context::unexport`] releases it.
@@ -738,7 +778,7 @@ impl Context {
                     region.pinned.kind(),
                     region.pinned.phase(),
                     book.refs,
-                    book.lru_tick != 0
+                    book.unused
                 )?;
             }
         }
@@ -767,7 +807,7 @@ impl Region {
                     &ctx.inner,
                     Book {
                         refs: 0,
-                        lru_tick: 0,
+                        unused: false,
                         in_tree: false,
                         accounted: false,
                         deferred: false,
@@ -777,6 +817,7 @@ impl Region {
                 notifiers <- new_spinlock!(
                     Notifiers {
                         list: RBTree::new(),
+                        spare: None,
                         next_id: 0,
                         running: false,
                     },
@@ -784,10 +825,31 @@ impl Region {
                 ),
                 notified <- new_condvar!("Region::notified"),
                 work <- new_work!("Region::work"),
+                lru_links <- ListLinks::new(),
+                lru_track <- AtomicTracker::new(),
                 pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// gdrpeer's own memory for a cached region of `pages` pages, as the slab rounds each
+    /// allocation: the region (with its `Arc` count and its LRU links), its node in the region
+    /// tree, the notifier node it keeps once a handle had an event, and its array of bus
+    /// addresses. Its DMA mappings for peers are not counted: a region needs none to be cached.
+    fn memory(pages: u32) -> u64 {
+        use core::mem::size_of;
+        type Node<K, V> = (K, V, kernel::bindings::rb_node);
+        let parts = [
+            size_of::<usize>() + size_of::<Region>(),
+            size_of::<Node<u64, Arc<Region>>>(),
+            size_of::<Node<u64, Watcher>>(),
+            pages as usize * size_of::<u64>(),
+        ];
+        parts
+            .iter()
+            .map(|&n| crate::sys::kmalloc_size(n) as u64)
+            .sum()
     }
 
     /// The pin behind the region.
@@ -799,12 +861,30 @@ impl Region {
     /// -ENXIO if it was freed before the notifier could be registered; a free that raced with
     /// the registration has called the notifier by the time this returns `Ok`.
     pub(crate) fn add_notifier(&self, notifier: KBox<dyn Notifier>) -> Result<u64> {
-        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        self.add_watcher(Watcher::Boxed(notifier))
+    }
+
+    /// [`Region::add_notifier`] for a handle's event, which needs no allocation of its own.
+    fn add_event(&self, event: HandleEvent) -> Result<u64> {
+        self.add_watcher(Watcher::Event(event))
+    }
+
+    fn add_watcher(&self, watcher: Watcher) -> Result<u64> {
         let id = {
             let mut n = self.notifiers.lock();
+            let node = match n.spare.take() {
+                Some(node) => node,
+                None => {
+                    // Allocated without the spinlock.
+                    drop(n);
+                    let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+                    n = self.notifiers.lock();
+                    node
+                }
+            };
             n.next_id += 1;
             let id = n.next_id;
-            n.list.insert(node.into_node(id, notifier));
+            n.list.insert(node.into_node(id, watcher));
             id
         };
         // The callback marks the pin revoked before it takes the list: if it has not yet,
@@ -823,7 +903,9 @@ impl Region {
     pub(crate) fn remove_notifier(&self, id: u64) -> bool {
         let mut n = self.notifiers.lock();
         loop {
-            if n.list.remove(&id).is_some() {
+            if let Some(node) = n.list.remove_node(&id) {
+                let node = node.into_reservation();
+                n.spare.get_or_insert(node);
                 return true;
             }
             if !n.running {
@@ -914,46 +996,78 @@ impl Inner {
         let kind = region.pinned.kind();
         let start = region.pinned.range().start();
         let book = region.book.access_mut(self);
-        let (in_tree, tick) = (book.in_tree, book.lru_tick);
+        let (in_tree, unused) = (book.in_tree, book.unused);
         book.in_tree = false;
-        book.lru_tick = 0;
+        book.unused = false;
         if in_tree {
             let tree = &mut self.regions[tree_index(kind)];
             if tree.get(&start).is_some_and(|r| Arc::ptr_eq(r, region)) {
                 tree.remove(&start);
             }
         }
-        if tick != 0 {
-            self.lru.remove(&tick);
+        if unused {
+            self.lru_remove(region);
         }
     }
 
     fn take_ref(&mut self, region: &Arc<Region>) {
         let book = region.book.access_mut(self);
         book.refs += 1;
-        let tick = core::mem::replace(&mut book.lru_tick, 0);
-        if tick != 0 {
-            self.lru.remove(&tick);
+        if core::mem::replace(&mut book.unused, false) {
+            self.lru_remove(region);
         }
     }
 
     fn make_unused(&mut self, region: &Arc<Region>) {
-        self.tick += 1;
-        let tick = self.tick;
-        if RBTree::try_create_and_insert(&mut self.lru, tick, region.clone(), GFP_KERNEL).is_err() {
-            // No memory for the LRU node: do not cache it.
-            self.forget(region);
-            self.release(region);
-            return;
+        match ListArc::try_from_arc(region.clone()) {
+            Ok(item) => {
+                self.lru.push_back(item);
+                region.book.access_mut(self).unused = true;
+            }
+            Err(_) => {
+                // In a list already: never (only `lru` takes it, and it is not there).
+                pr_err!("region made unused twice\n");
+                self.forget(region);
+                self.release(region);
+            }
         }
-        region.book.access_mut(self).lru_tick = tick;
+    }
+
+    /// Takes out of `lru` a region that `Book::unused` says is in it.
+    fn lru_remove(&mut self, region: &Region) {
+        // SAFETY: a region's LRU links belong to `Inner::lru` of its own context alone
+        // (`make_unused`), and `Book::unused`, set when it went in and cleared (under this lock,
+        // which `self` is) at every removal, said it is in this list.
+        drop(unsafe { self.lru.remove(region) });
+    }
+
+    /// Memory for a new handle's node: one kept from an unpin, or a new allocation.
+    fn handle_node(&mut self) -> Result<RBTreeNodeReservation<u64, Handle>> {
+        match self.spare_handles.pop() {
+            Some(node) => Ok(node),
+            None => Ok(RBTreeNodeReservation::new(GFP_KERNEL)?),
+        }
+    }
+
+    /// Keeps an unpinned handle's node for a later pin, up to [`SPARE_HANDLES`].
+    fn keep_handle_node(&mut self, node: RBTreeNodeReservation<u64, Handle>) {
+        if self.spare_handles.capacity() == 0 {
+            // Allocated once, at the first unpin; without it the node is just freed.
+            let _ = self.spare_handles.reserve(SPARE_HANDLES, GFP_KERNEL);
+        }
+        if self.spare_handles.len() < self.spare_handles.capacity() {
+            // The capacity suffices: this does not allocate.
+            let _ = self.spare_handles.push(node, GFP_NOWAIT);
+        }
     }
 
     /// Unpins the least recently used unused region; false when there is none.
     fn evict_lru(&mut self) -> bool {
-        let Some(region) = self.lru.cursor_front().map(|c| c.current().1.clone()) else {
+        let Some(item) = self.lru.pop_front() else {
             return false;
         };
+        let region = item.into_arc();
+        region.book.access_mut(self).unused = false;
         self.forget(&region);
         self.release(&region);
         true
@@ -985,6 +1099,9 @@ impl Inner {
         self.stats.regions += 1;
         GLOBAL.pinned_bytes.add(len, Relaxed);
         GLOBAL.regions.add(1, Relaxed);
+        GLOBAL
+            .region_memory_bytes
+            .add(Region::memory(region.pinned.range().page_count()), Relaxed);
     }
 
     /// Takes a region's bytes out of the accounting, once.
@@ -998,6 +1115,9 @@ impl Inner {
         self.stats.regions -= 1;
         GLOBAL.pinned_bytes.fetch_sub(len, Relaxed);
         GLOBAL.regions.fetch_sub(1, Relaxed);
+        GLOBAL
+            .region_memory_bytes
+            .fetch_sub(Region::memory(region.pinned.range().page_count()), Relaxed);
     }
 
     /// Gives a region's pages back to NVIDIA, or leaves them to its callback when this is not

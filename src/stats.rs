@@ -20,6 +20,9 @@ pub(crate) struct GlobalStats {
     pub(crate) callbacks: Atomic<u64>,
     /// Regions released by a close in another process, waiting for NVIDIA's callback.
     pub(crate) deferred_live: Atomic<u64>,
+    /// gdrpeer's own memory held by the accounted regions (`crate::cache`'s estimate of its
+    /// allocations, as the slab rounds them).
+    pub(crate) region_memory_bytes: Atomic<u64>,
 }
 
 pub(crate) static GLOBAL: GlobalStats = GlobalStats {
@@ -32,6 +35,7 @@ pub(crate) static GLOBAL: GlobalStats = GlobalStats {
     evictions_enomem: Atomic::new(0),
     callbacks: Atomic::new(0),
     deferred_live: Atomic::new(0),
+    region_memory_bytes: Atomic::new(0),
 };
 
 impl GlobalStats {
@@ -55,7 +59,12 @@ impl GlobalStats {
     /// Formats the counters (debugfs `gdrpeer/stats`).
     pub(crate) fn show(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "contexts {}", self.contexts.load(Relaxed))?;
-        self.snapshot().show(f)
+        self.snapshot().show(f)?;
+        writeln!(
+            f,
+            "region_memory_bytes {}",
+            self.region_memory_bytes.load(Relaxed)
+        )
     }
 }
 

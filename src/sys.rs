@@ -16,7 +16,8 @@
 //! - [`pci_dev_ptr`], [`pci_dev_device_ptr`]: public `as_raw()` on `pci::Device` and
 //!   `device::Device` (both are private in 7.2);
 //! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`;
-//! - [`path_exists`]: a path lookup (`kern_path`, whose header the bindings lack).
+//! - [`path_exists`]: a path lookup (`kern_path`, whose header the bindings lack);
+//! - [`kmalloc_size`]: what an allocation of a size really takes (`kmalloc_size_roundup`).
 
 use core::ptr::NonNull;
 use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
@@ -179,4 +180,11 @@ pub(crate) fn path_exists(path: &CStr) -> bool {
         }
         Err(e) => e != ENOENT,
     }
+}
+
+/// The bytes an allocation of `size` bytes takes from the slab (its kmalloc bucket), or from the
+/// page allocator above the largest bucket.
+pub(crate) fn kmalloc_size(size: usize) -> usize {
+    // SAFETY: `kmalloc_size_roundup` only computes, for any size.
+    unsafe { bindings::kmalloc_size_roundup(size) }
 }
