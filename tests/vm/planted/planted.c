@@ -23,10 +23,14 @@
 #include <linux/string.h>
 
 #define PLANTED_LEAKS 4
+/* Stored addresses are masked so that kmemleak does not take them for pointers. */
+#define PLANTED_MASK 0x5a5a5a5a5a5a5a5aUL
 
 static DEFINE_MUTEX(planted_a);
 static DEFINE_MUTEX(planted_b);
 static struct dentry *planted_dir;
+/* The leaked objects' addresses, masked, freed at unload: none is reported later. */
+static unsigned long planted_leaked[PLANTED_LEAKS];
 
 static noinline void planted_kasan(void)
 {
@@ -58,19 +62,37 @@ static void planted_lockdep(void)
  * Four objects of 16 to 128 KiB. Small objects are often kept "referenced"
  * by stale copies of their address, so kmemleak reliably reports only
  * larger ones, and only on the second scan (the first records a checksum).
+ * Even those are sometimes kept by a stale copy for minutes: the test wants
+ * one report at least, and unloading frees them all, so that one reported
+ * late does not appear outside the test's region.
  */
 static noinline void planted_leak(void)
 {
 	int i;
 
 	for (i = 0; i < PLANTED_LEAKS; i++) {
-		void *p = kmalloc(SZ_16K << i, GFP_KERNEL);
+		void *p;
 
+		if (planted_leaked[i])
+			continue;
+		p = kmalloc(SZ_16K << i, GFP_KERNEL);
 		if (p)
 			memset(p, 0x5a, SZ_16K << i);
 		OPTIMIZER_HIDE_VAR(p);
+		planted_leaked[i] = (unsigned long)p ^ PLANTED_MASK;
 	}
 	pr_info("leaked %d objects of 16 KiB to 128 KiB\n", PLANTED_LEAKS);
+}
+
+static void planted_unleak(void)
+{
+	int i;
+
+	for (i = 0; i < PLANTED_LEAKS; i++) {
+		if (planted_leaked[i])
+			kfree((void *)(planted_leaked[i] ^ PLANTED_MASK));
+		planted_leaked[i] = 0;
+	}
 }
 
 /*
@@ -149,6 +171,7 @@ static int __init planted_init(void)
 static void __exit planted_exit(void)
 {
 	debugfs_remove_recursive(planted_dir);
+	planted_unleak();
 }
 
 module_init(planted_init);
