@@ -46,6 +46,7 @@
 #include <linux/sched.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
+#include <linux/timekeeping.h>
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
 #include <nv-p2p.h>
@@ -121,6 +122,12 @@ static struct {
 	u64 persistent_flags_last, put_persistent_flags_last, force_bar1_pins;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
+	/*
+	 * Time spent in get_pages and put_pages (persistent or not), entry to
+	 * return, cost-model sleep and lock wait included; and put_pages calls.
+	 * What a client's own overhead is measured against (gdrpeer-bench).
+	 */
+	atomic64_t get_pages_ns, put_pages_ns, put_pages_calls;
 } st = { .buffer_id_next = 1, .vmm_handle_next = 1 };
 
 /* A process's GPU virtual address space. */
@@ -809,10 +816,10 @@ static bool nvsim_pin_has_id(struct nvsim_pin *pin, u64 buffer_id)
 	return false;
 }
 
-static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
-			   struct nvidia_p2p_page_table **page_table,
-			   void (*free_callback)(void *data), void *data,
-			   bool persistent, bool force_bar1)
+static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
+			      struct nvidia_p2p_page_table **page_table,
+			      void (*free_callback)(void *data), void *data,
+			      bool persistent, bool force_bar1)
 {
 	bool bar1 = !coherent || force_bar1;
 	struct nvsim_space *s;
@@ -899,6 +906,19 @@ out:
 	return ret;
 }
 
+static int nvsim_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
+			   struct nvidia_p2p_page_table **page_table,
+			   void (*free_callback)(void *data), void *data,
+			   bool persistent, bool force_bar1)
+{
+	u64 start = ktime_get_ns();
+	int ret = nvsim_do_get_pages(p2p_token, va_space, va, len, page_table,
+				     free_callback, data, persistent, force_bar1);
+
+	atomic64_add(ktime_get_ns() - start, &st.get_pages_ns);
+	return ret;
+}
+
 int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 u64 length, struct nvidia_p2p_page_table **page_table,
 			 void (*free_callback)(void *data), void *data)
@@ -948,10 +968,17 @@ static void nvsim_pin_put(struct nvsim_pin *pin)
 		nvsim_alloc_destroy(a);	/* freed earlier, held only by this pin */
 }
 
+/* Counts a put_pages call (persistent or not) that started at @start. */
+static void nvsim_put_pages_timed(u64 start)
+{
+	atomic64_inc(&st.put_pages_calls);
+	atomic64_add(ktime_get_ns() - start, &st.put_pages_ns);
+}
+
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
-	u64 gen = nvsim_obj_gen(page_table);
+	u64 gen = nvsim_obj_gen(page_table), start = ktime_get_ns();
 	struct nvsim_pin *pin;
 
 	nvsim_entry_delay(&put_pages_delay_us);
@@ -985,6 +1012,7 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 		atomic64_inc(&st.client_errors);
 	}
 	mutex_unlock(&nvsim_lock);
+	nvsim_put_pages_timed(start);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
@@ -993,6 +1021,7 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 				    struct nvidia_p2p_page_table *page_table,
 				    u32 flags)
 {
+	u64 start = ktime_get_ns();
 	struct nvsim_pin *pin;
 	int ret = -EINVAL;
 
@@ -1008,6 +1037,7 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 		atomic64_inc(&st.client_errors);
 	}
 	mutex_unlock(&nvsim_lock);
+	nvsim_put_pages_timed(start);
 	return ret;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
@@ -1803,6 +1833,9 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "callbacks_fired %llu\n", st.callbacks_fired);
 	seq_printf(m, "get_pages_calls %llu\n", st.get_pages_calls);
 	seq_printf(m, "get_pages_failed %llu\n", st.get_pages_failed);
+	seq_printf(m, "get_pages_ns %lld\n", atomic64_read(&st.get_pages_ns));
+	seq_printf(m, "put_pages_calls %lld\n", atomic64_read(&st.put_pages_calls));
+	seq_printf(m, "put_pages_ns %lld\n", atomic64_read(&st.put_pages_ns));
 	seq_printf(m, "dma_map_calls %llu\n", st.dma_map_calls);
 	seq_printf(m, "faults_injected %llu\n", st.faults_injected);
 	seq_printf(m, "put_pages_wrong_process %llu\n", st.put_pages_wrong_process);

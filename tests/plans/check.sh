@@ -135,9 +135,16 @@ test_bench_short() {
 	[ $rc -eq 0 ] || fail "gdrpeer-bench run: status $rc"
 	grep -q 'hit at 64 regions vs 16' /tmp/bench.out || fail "no ratios printed"
 	grep -q '^dma-buf hit: export' /tmp/bench.out || fail "no dma-buf measurements (gdrnic loaded)"
+	grep -q '^targets (issue 21' /tmp/bench.out || fail "no targets table"
+	# nvsim counts its own time: the miss is compared with it (P3, P8c).
+	for p in P3 P8c; do
+		grep -qE "^  $p .* [0-9]+\.[0-9]+x  (<=|reported)" /tmp/bench.out ||
+			fail "$p has no figure (nvsim's get_pages_ns, put_pages_ns?)"
+	done
 	gdrpeer-bench render /tmp/bench.json --svg /tmp/bench.svg >/tmp/render.out ||
 		fail "gdrpeer-bench render"
 	grep -q '^ratios' /tmp/render.out || fail "render printed no ratios"
+	grep -q '^  P8e ' /tmp/render.out || fail "render printed no targets"
 	grep -q '</svg>' /tmp/bench.svg || fail "no plot"
 }
 

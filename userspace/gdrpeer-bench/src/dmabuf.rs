@@ -72,6 +72,16 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
     let hit_buf = own_page(cuda)?;
     let miss_buf = own_page(cuda)?;
 
+    // A system call into the NIC's driver that does nothing: what REG and DEREG pay besides
+    // the kernel API's work (P7 takes two of them off a registration).
+    ops.push(checked(
+        "nic_null",
+        "NIC null ioctl (an unknown command: ENOTTY)",
+        cfg.reps,
+        NONE,
+        || Ok(timed(|| n(nic.null_ioctl(), "null ioctl"))?.1),
+    )?);
+
     // The NIC's own registration, gdrpeer_mr_pin() in the NIC's context: a hit once the
     // first one has pinned the region and DMA-mapped it for the NIC.
     let nic_reg = || {

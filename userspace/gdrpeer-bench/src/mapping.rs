@@ -5,8 +5,8 @@
 //! gdrcopy's copylat and copybw measure them), and pin + map + unpin per size through
 //! `/dev/gdrdrv`, cached and with `GDRDRV_PIN_FLAG_GDRPEER_NOCACHE`.
 
-use crate::measure::{c, g, op, series, timed, Config};
-use crate::report::{CopyPoint, Latency, Op};
+use crate::measure::{c, g, nv_series, op, series, timed, Config};
+use crate::report::{CopyPoint, Latency, NvCost, Op};
 use gdrpeer::{
     cuda::Cuda,
     gdrdrv::{self, Gdrdrv},
@@ -158,22 +158,83 @@ fn gdrdrv_pin_map_unpin(
     Ok(())
 }
 
-/// Everything above: the operations (mapping latency, gdrdrv) and the copy sweep. Without
-/// `/dev/gdrdrv`, says so in `skipped`.
+/// `/dev/gdrdrv`'s pins without a mapping, 64 KiB, as the `/dev/gdrpeer` ones of P1 to P3:
+/// its null ioctl (GET_VERSION), a cache hit (PIN_BUFFER_V2 timed, UNPIN_BUFFER not), pin +
+/// unpin cached, and NOCACHE against nvsim's own cost in it.
+fn gdrdrv_pins(
+    g_: &Gdrdrv,
+    cuda: &Cuda,
+    cfg: &Config,
+    ops: &mut Vec<Op>,
+    nv_costs: &mut Vec<NvCost>,
+) -> Result<(), String> {
+    let len = 64 * K as u64;
+    ops.push(op(
+        "gdrdrv_null",
+        "gdrdrv null ioctl (GET_VERSION)",
+        series(cfg.reps, || Ok(timed(|| g(g_.version(), "GET_VERSION"))?.1))?,
+    ));
+    let b = c(cuda.mem_alloc(len as usize))?;
+    g(g_.pin_v2(b, len, 0), "PIN_BUFFER_V2").and_then(|h| g(g_.unpin(h), "UNPIN_BUFFER"))?;
+    ops.push(op(
+        "gdrdrv_hit",
+        "gdrdrv PIN_BUFFER_V2, cache hit (64 KiB)",
+        series(cfg.reps, || {
+            let (h, t) = timed(|| g(g_.pin_v2(b, len, 0), "PIN_BUFFER_V2"))?;
+            g(g_.unpin(h), "UNPIN_BUFFER")?;
+            Ok(t)
+        })?,
+    ));
+    let pin_unpin = |flags| {
+        move || -> Result<Duration, String> {
+            Ok(timed(|| {
+                let h = g(g_.pin_v2(b, len, flags), "PIN_BUFFER_V2")?;
+                g(g_.unpin(h), "UNPIN_BUFFER")
+            })?
+            .1)
+        }
+    };
+    ops.push(op(
+        "gdrdrv_reuse_cached_64k",
+        "gdrdrv pin + unpin, cached (64 KiB, no mmap)",
+        series(cfg.reps, pin_unpin(0))?,
+    ));
+    let key = "gdrdrv_reuse_nocache_64k";
+    let (latency, cost) = nv_series(
+        key,
+        cfg.slow_reps,
+        pin_unpin(gdrdrv::PIN_FLAG_GDRPEER_NOCACHE),
+    )?;
+    nv_costs.extend(cost);
+    ops.push(op(
+        key,
+        "gdrdrv pin + unpin, NOCACHE (64 KiB, no mmap)",
+        latency,
+    ));
+    c(cuda.mem_free(b))
+}
+
+/// Everything above: the operations (mapping latency, gdrdrv) into `ops`, nvsim's cost in
+/// gdrdrv's misses into `nv_costs`; returns the copy sweep. Without `/dev/gdrdrv`, says so
+/// in `skipped`.
 pub fn run(
     dev: &Device,
     cuda: &Cuda,
     cfg: &Config,
+    ops: &mut Vec<Op>,
+    nv_costs: &mut Vec<NvCost>,
     skipped: &mut Vec<String>,
-) -> Result<(Vec<Op>, Vec<CopyPoint>), String> {
-    let mut ops = Vec::new();
-    map_latency(dev, cuda, cfg, &mut ops)?;
+) -> Result<Vec<CopyPoint>, String> {
+    map_latency(dev, cuda, cfg, ops)?;
     let copies = copies(dev, cuda, cfg)?;
     match Gdrdrv::open_default() {
-        Ok(gd) => gdrdrv_pin_map_unpin(&gd, cuda, cfg, &mut ops)?,
-        Err(e) => skipped.push(format!("gdrdrv pin + map + unpin: {e}")),
+        Ok(gd) => {
+            gdrdrv_pins(&gd, cuda, cfg, ops, nv_costs)?;
+            gdrdrv_pin_map_unpin(&gd, cuda, cfg, ops)?
+        }
+        Err(e) => skipped.push(format!("gdrdrv pins: {e}")),
     }
-    Ok((ops, copies))
+    Ok(copies)
 }
 
 /// The bandwidth of `bytes` in `latency`'s median, in MB/s (10^6 bytes a second).

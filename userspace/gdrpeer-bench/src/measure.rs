@@ -3,7 +3,7 @@
 //! The measurements, made in the test guest over `/dev/gdrpeer`, nvsim and the simulated
 //! libcuda (gdrpeer loaded without region limits, so that the cache holds everything pinned).
 
-use crate::report::{Latency, Op, Point, Report};
+use crate::report::{Latency, NvCost, Op, Point, Report};
 use gdrpeer::{cuda::Cuda, regcache::PointerInfo, regcache::RegCache, Device, PinFlags};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,67 @@ pub fn series(
         ns.push(op()?.as_nanos() as u64);
     }
     Ok(Latency::of(ns))
+}
+
+/// nvsim's get_pages and put_pages so far: calls and nanoseconds spent in them (debugfs
+/// `nvsim/stats`), or `None` from an nvsim that does not count the time.
+fn nv_counters() -> Result<Option<[u64; 4]>, String> {
+    let s = nvsim::testing::stats()?;
+    let get = |k: &str| s.get(k).copied();
+    Ok((|| {
+        Some([
+            get("get_pages_calls")?,
+            get("get_pages_ns")?,
+            get("put_pages_calls")?,
+            get("put_pages_ns")?,
+        ])
+    })())
+}
+
+/// `series` of misses (`op` pins and unpins, NOCACHE), with nvsim's own cost in each timed
+/// repetition: its counters are read before and after each one, outside the part timed.
+/// The cost is `None` where nvsim does not count the time.
+pub fn nv_series(
+    key: &str,
+    reps: usize,
+    mut op: impl FnMut() -> Result<Duration, String>,
+) -> Result<(Latency, Option<NvCost>), String> {
+    for _ in 0..WARMUP {
+        op()?;
+    }
+    let (mut ns, mut nv, mut overhead) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut get_calls, mut put_calls) = (0, 0);
+    let mut counted = true;
+    for _ in 0..reps {
+        let before = nv_counters()?;
+        let t = op()?.as_nanos() as u64;
+        ns.push(t);
+        match (before, nv_counters()?) {
+            (Some(a), Some(b)) if counted => {
+                get_calls += b[0] - a[0];
+                put_calls += b[2] - a[2];
+                let spent = (b[1] - a[1]) + (b[3] - a[3]);
+                nv.push(spent);
+                overhead.push(t.saturating_sub(spent));
+            }
+            _ => counted = false,
+        }
+    }
+    let cost = counted.then(|| NvCost {
+        key: key.into(),
+        get_calls,
+        put_calls,
+        nvsim: Latency::of(nv),
+        overhead: Latency::of(overhead),
+    });
+    if let Some(c) = &cost {
+        eprintln!(
+            "bench: {key}: nvsim's get_pages + put_pages median {} ns, overhead median {} ns \
+             ({get_calls} get_pages, {put_calls} put_pages in {reps} repetitions)",
+            c.nvsim.median_ns, c.overhead.median_ns
+        );
+    }
+    Ok((Latency::of(ns), cost))
 }
 
 /// The time `f` takes.
@@ -86,9 +147,10 @@ fn pinnable_pages() -> Result<u64, String> {
     Ok(bar1.min(free))
 }
 
-/// The operations measured with an (almost) empty cache.
-fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<Vec<Op>, String> {
+/// The operations measured with an (almost) empty cache, and nvsim's cost in the misses.
+fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<(Vec<Op>, Vec<NvCost>), String> {
     let mut ops = Vec::new();
+    let mut nv_costs = Vec::new();
     ops.push(op(
         "null",
         "null ioctl (GET_VERSION)",
@@ -141,16 +203,26 @@ fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<Vec<Op>, String
             (PinFlags::empty(), "cached", "cached", cfg.reps),
             (PinFlags::NOCACHE, "nocache", "NOCACHE", cfg.slow_reps),
         ] {
+            let key = format!("reuse_{how}_{name}");
+            let once = || {
+                Ok(timed(|| {
+                    let p = g(dev.pin(b, len, flags), "pin")?;
+                    g(dev.unpin(p.handle), "unpin")
+                })?
+                .1)
+            };
+            // The 64 KiB misses, against nvsim's own cost in them (P3).
+            let latency = if flags == PinFlags::NOCACHE && len == K64 {
+                let (latency, cost) = nv_series(&key, reps, once)?;
+                nv_costs.extend(cost);
+                latency
+            } else {
+                series(reps, once)?
+            };
             ops.push(op(
-                &format!("reuse_{how}_{name}"),
+                &key,
                 &format!("pin + unpin of a reused buffer, {label} ({size})"),
-                series(reps, || {
-                    Ok(timed(|| {
-                        let p = g(dev.pin(b, len, flags), "pin")?;
-                        g(dev.unpin(p.handle), "unpin")
-                    })?
-                    .1)
-                })?,
+                latency,
             ));
         }
         c(cuda.mem_free(b))?;
@@ -174,7 +246,16 @@ fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<Vec<Op>, String
     ));
     c(cuda.mem_free(miss_buf))?;
     c(cuda.mem_free(buf))?;
-    Ok(ops)
+    Ok((ops, nv_costs))
+}
+
+/// gdrpeer's own memory per cached region, from its own accounting (debugfs
+/// `gdrpeer/stats`, `region_memory_bytes` over `regions`, read together): `None` where it
+/// does not report it.
+fn own_per_region() -> Option<u64> {
+    let s = nvsim::testing::name_values("/sys/kernel/debug/gdrpeer/stats").ok()?;
+    let (bytes, regions) = (*s.get("region_memory_bytes")?, *s.get("regions")?);
+    (regions > 0).then(|| bytes / regions)
 }
 
 /// Fills the cache to each size in turn and measures hits and invalidations there.
@@ -215,6 +296,7 @@ fn scaling(
             regions.push(va);
         }
         let slab = meminfo("Slab")?;
+        let own = own_per_region();
         let cached = g(dev.stats(), "stats")?.file.regions;
         if cached != n {
             return Err(format!("{cached} regions cached, expected {n}"));
@@ -241,9 +323,11 @@ fn scaling(
             invalidate,
             free_unpinned,
             slab_per_region: slab.saturating_sub(slab_empty) / n,
+            own_per_region: own,
         };
         eprintln!(
-            "bench: {n} regions: hit {} ns, invalidation {} ns, free {} ns, {} slab bytes/region",
+            "bench: {n} regions: hit {} ns, invalidation {} ns, free {} ns, {} slab bytes/region, \
+             {own:?} own bytes/region",
             p.hit.median_ns, p.invalidate.median_ns, p.free_unpinned.median_ns, p.slab_per_region
         );
         points.push(p);
@@ -295,10 +379,9 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     let abi = dev.version().abi_string();
-    let mut ops = single_ops(&dev, &cuda, cfg)?;
+    let (mut ops, mut nv_costs) = single_ops(&dev, &cuda, cfg)?;
     let mut skipped = Vec::new();
-    let (map_ops, copies) = crate::mapping::run(&dev, &cuda, cfg, &mut skipped)?;
-    ops.extend(map_ops);
+    let copies = crate::mapping::run(&dev, &cuda, cfg, &mut ops, &mut nv_costs, &mut skipped)?;
     ops.extend(crate::dmabuf::run(&cuda, cfg, &mut skipped)?);
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
@@ -308,7 +391,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     for ch in chunks {
         c(cuda.mem_free(ch))?;
     }
-    Ok(Report {
+    let mut report = Report {
         kernel: rustix::system::uname()
             .release()
             .to_string_lossy()
@@ -323,5 +406,9 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
         skipped,
         close_regions,
         close_ns,
-    })
+        nv_costs,
+        targets: Vec::new(),
+    };
+    report.targets = report.targets();
+    Ok(report)
 }

@@ -58,6 +58,109 @@ pub struct Point {
     pub free_unpinned: Latency,
     /// Kernel slab memory grown since the cache was empty, per cached region, in bytes.
     pub slab_per_region: u64,
+    /// gdrpeer's own memory per cached region, by its own accounting (debugfs
+    /// `gdrpeer/stats`: `region_memory_bytes` / `regions`), in bytes; `None` where gdrpeer
+    /// does not report it.
+    #[serde(default)]
+    pub own_per_region: Option<u64>,
+}
+
+/// nvsim's own cost in a series of misses (NOCACHE pin + unpin): the time its get_pages
+/// and put_pages took (debugfs `nvsim/stats`, read before and after each repetition,
+/// outside the part timed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NvCost {
+    /// The operation (`Op::key`) of the series.
+    pub key: String,
+    /// nvsim's get_pages and put_pages calls in the timed repetitions (one each a
+    /// repetition, or the figures are not the miss's).
+    pub get_calls: u64,
+    pub put_calls: u64,
+    /// get_pages + put_pages, per repetition.
+    pub nvsim: Latency,
+    /// The repetition's time less nvsim's: the client's own overhead in a miss.
+    pub overhead: Latency,
+}
+
+impl NvCost {
+    /// Whether each repetition made one get_pages and one put_pages.
+    pub fn one_each(&self) -> bool {
+        let reps = self.nvsim.reps as u64;
+        reps > 0 && self.get_calls == reps && self.put_calls == reps
+    }
+}
+
+/// What a target asks of a figure.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+    /// Reported, with no bound of its own.
+    Reported,
+}
+
+/// One row of issue 21's targets: a figure of this run against its target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// `P1` .. `P8`, P8's rows `P8a`, `P8b`, ...
+    pub id: String,
+    /// What is divided by what (or counted).
+    pub what: String,
+    /// The figure, `None` where this run did not measure what it needs.
+    pub value: Option<f64>,
+    /// `x` (a ratio of medians) or `B` (bytes).
+    pub unit: String,
+    pub bound: Bound,
+    /// The bound in words, e.g. `<= 1.2x`.
+    pub target: String,
+    /// Whether the figure meets the bound; `None` when reported only or not measured.
+    pub met: Option<bool>,
+}
+
+impl Target {
+    fn new(id: &str, what: String, value: Option<f64>, unit: &str, bound: Bound) -> Self {
+        let num = |v: f64| match unit {
+            "x" => format!("{v}x"),
+            u => format!("{v} {u}"),
+        };
+        let target = match bound {
+            Bound::AtMost(v) => format!("<= {}", num(v)),
+            Bound::AtLeast(v) => format!(">= {}", num(v)),
+            Bound::Reported => "reported".into(),
+        };
+        let met = value.and_then(|v| match bound {
+            Bound::AtMost(b) => Some(v <= b),
+            Bound::AtLeast(b) => Some(v >= b),
+            Bound::Reported => None,
+        });
+        Target {
+            id: id.into(),
+            what,
+            value,
+            unit: unit.into(),
+            bound,
+            target,
+            met,
+        }
+    }
+
+    /// The figure as shown: `1.07x`, `200 B`, `n/a`.
+    pub fn figure(&self) -> String {
+        match (self.value, self.unit.as_str()) {
+            (None, _) => "n/a".into(),
+            (Some(v), "x") => format!("{v:.2}x"),
+            (Some(v), u) => format!("{v:.0} {u}"),
+        }
+    }
+
+    /// `yes`, `NO`, or `-` (reported only, or not measured).
+    pub fn verdict(&self) -> &'static str {
+        match self.met {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        }
+    }
 }
 
 /// CPU copies of one size through a mapping of pinned GPU memory.
@@ -94,17 +197,55 @@ pub struct Report {
     /// Closing the file with the most regions cached: its regions and the time it took.
     pub close_regions: u64,
     pub close_ns: u64,
+    /// nvsim's own cost in the series of misses (NOCACHE pin + unpin, 64 KiB).
+    #[serde(default)]
+    pub nv_costs: Vec<NvCost>,
+    /// Issue 21's targets as this run met them (what `targets()` computed in the guest;
+    /// `table` and `rst` compute them again from the figures).
+    #[serde(default)]
+    pub targets: Vec<Target>,
 }
+
+/// What the targets table's rows measure, printed under it.
+const TARGET_NOTES: &str = "\
+  (P1: the PIN ioctl alone, its UNPIN untimed; P2, P3: PIN + UNPIN on /dev/gdrpeer, 64 KiB;
+   P3: nvsim's get_pages + put_pages per repetition, from its own clock (debugfs nvsim/stats,
+   read around each repetition, outside the timing); P4: a random cached region pinned;
+   P5, P6: at the largest cache size (P6: the most of any size; n/a where gdrpeer does not
+   report region_memory_bytes); P7: gdrnic's REG + DEREG of a cached region, less two
+   system calls into gdrnic (its null ioctl: what the kernel API saves a NIC driver), against
+   the same pin and release through /dev/gdrpeer (PIN + UNPIN, cached, both syscalls in);
+   P8: the same through /dev/gdrdrv (PIN_BUFFER_V2, no mmap) and dma-buf export)";
+
+/// The GPU pages (64 KiB) of each region of the scaling measurements and of P6's target.
+pub const PAGES_PER_REGION: u64 = 1;
+/// P6: gdrpeer's own memory per cached region, at most this many bytes plus `P6_PER_PAGE`
+/// per GPU page.
+pub const P6_BASE: u64 = 192;
+pub const P6_PER_PAGE: u64 = 8;
 
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
 
+/// Bytes per region, or `n/a`.
+fn own(b: Option<u64>) -> String {
+    b.map_or("n/a".into(), |b| b.to_string())
+}
+
+/// `a / b`, `None` when either is missing or `b` is 0.
+fn quotient(a: Option<u64>, b: Option<u64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0 => Some(a as f64 / b as f64),
+        _ => None,
+    }
+}
+
 /// `a / b` as a ratio, or `n/a` when either is missing.
 fn ratio(a: Option<u64>, b: Option<u64>) -> String {
-    match (a, b) {
-        (Some(a), Some(b)) if b > 0 => format!("{:.2}x", a as f64 / b as f64),
-        _ => "n/a".into(),
+    match quotient(a, b) {
+        Some(q) => format!("{q:.2}x"),
+        None => "n/a".into(),
     }
 }
 
@@ -114,6 +255,152 @@ impl Report {
             .iter()
             .find(|o| o.key == key)
             .map(|o| o.latency.median_ns)
+    }
+
+    /// The median of nvsim's get_pages + put_pages in the series `key`, when each of its
+    /// repetitions made one of each.
+    fn nv_median(&self, key: &str) -> Option<u64> {
+        self.nv_costs
+            .iter()
+            .find(|c| c.key == key && c.one_each())
+            .map(|c| c.nvsim.median_ns)
+    }
+
+    /// Issue 21's targets, from this run's figures.
+    pub fn targets(&self) -> Vec<Target> {
+        use Bound::{AtLeast, AtMost, Reported};
+        let op = |k: &str| self.op(k);
+        let (lo, hi) = (self.scaling.first(), self.scaling.last());
+        let regions = |p: Option<&Point>| p.map_or(0, |p| p.regions);
+        // Two sizes at least, or the quotient is 1 by construction.
+        let (lo_hit, hi_hit) = match self.scaling.len() {
+            0 | 1 => (None, None),
+            _ => (lo.map(|p| p.hit.median_ns), hi.map(|p| p.hit.median_ns)),
+        };
+        let own = self.scaling.iter().filter_map(|p| p.own_per_region).max();
+        // gdrnic's REG + DEREG less its two system calls: what a NIC driver's own call of
+        // gdrpeer_mr_pin() and gdrpeer_mr_unpin() costs (gdrnic's own bookkeeping stays in).
+        let kapi = match (op("nic_reg_hit"), op("nic_null")) {
+            (Some(reg), Some(null)) => Some(reg.saturating_sub(2 * null)),
+            _ => None,
+        };
+        let p6 = P6_BASE + P6_PER_PAGE * PAGES_PER_REGION;
+        let mut t = vec![
+            Target::new(
+                "P1",
+                "PIN cache hit / null ioctl (GET_VERSION)".into(),
+                quotient(op("hit"), op("null")),
+                "x",
+                AtMost(1.2),
+            ),
+            Target::new(
+                "P2",
+                "pin-per-use (NOCACHE PIN + UNPIN) / cached reuse (PIN hit + UNPIN), 64 KiB".into(),
+                quotient(op("reuse_nocache_64k"), op("reuse_cached_64k")),
+                "x",
+                AtLeast(50.0),
+            ),
+            Target::new(
+                "P3",
+                "miss: NOCACHE PIN + UNPIN / nvsim's get_pages + put_pages, 64 KiB".into(),
+                quotient(op("reuse_nocache_64k"), self.nv_median("reuse_nocache_64k")),
+                "x",
+                AtMost(1.05),
+            ),
+            Target::new(
+                "P4",
+                format!(
+                    "hit at {} cached regions / hit at {}",
+                    regions(hi),
+                    regions(lo)
+                ),
+                quotient(hi_hit, lo_hit),
+                "x",
+                AtMost(1.2),
+            ),
+            Target::new(
+                "P5",
+                format!(
+                    "cuMemFree: pinned (invalidation) / unpinned, {} regions cached",
+                    regions(hi)
+                ),
+                quotient(
+                    hi.map(|p| p.invalidate.median_ns),
+                    hi.map(|p| p.free_unpinned.median_ns),
+                ),
+                "x",
+                AtMost(1.1),
+            ),
+            Target::new(
+                "P6",
+                "gdrpeer's own bytes per cached 64 KiB region (its accounting)".into(),
+                own.map(|b| b as f64),
+                "B",
+                AtMost(p6 as f64),
+            ),
+            Target::new(
+                "P7",
+                "kernel-API hit (REG + DEREG less 2 null ioctls) / PIN + UNPIN hit".into(),
+                quotient(kapi, op("reuse_cached_64k")),
+                "x",
+                AtMost(0.5),
+            ),
+            Target::new(
+                "P8a",
+                "gdrdrv: PIN_BUFFER_V2 hit / null ioctl (GET_VERSION)".into(),
+                quotient(op("gdrdrv_hit"), op("gdrdrv_null")),
+                "x",
+                Reported,
+            ),
+            Target::new(
+                "P8b",
+                "gdrdrv: NOCACHE pin + unpin / cached pin + unpin, 64 KiB".into(),
+                quotient(
+                    op("gdrdrv_reuse_nocache_64k"),
+                    op("gdrdrv_reuse_cached_64k"),
+                ),
+                "x",
+                Reported,
+            ),
+            Target::new(
+                "P8c",
+                "gdrdrv: miss (NOCACHE pin + unpin) / nvsim's get_pages + put_pages".into(),
+                quotient(
+                    op("gdrdrv_reuse_nocache_64k"),
+                    self.nv_median("gdrdrv_reuse_nocache_64k"),
+                ),
+                "x",
+                Reported,
+            ),
+            Target::new(
+                "P8d",
+                "dma-buf: EXPORT_DMABUF + close, cached region / null ioctl".into(),
+                quotient(op("dmabuf_export_close"), op("null")),
+                "x",
+                Reported,
+            ),
+            Target::new(
+                "P8e",
+                "dma-buf: miss (NOCACHE pin, export, import, unpin) / hit, 64 KiB".into(),
+                quotient(op("dmabuf_miss"), op("dmabuf_hit")),
+                "x",
+                Reported,
+            ),
+        ];
+        t[5].target = format!("<= {p6} B ({P6_BASE} + {P6_PER_PAGE}/page)");
+        for (row, like) in [
+            ("P8a", "P1"),
+            ("P8b", "P2"),
+            ("P8c", "P3"),
+            ("P8d", "P1"),
+            ("P8e", "P2"),
+        ] {
+            let of = t.iter().find(|x| x.id == like).map(|x| x.target.clone());
+            if let (Some(of), Some(r)) = (of, t.iter_mut().find(|x| x.id == row)) {
+                r.target = format!("reported ({like}: {of})");
+            }
+        }
+        t
     }
 
     fn point(&self, first: bool, f: impl Fn(&Point) -> u64) -> Option<u64> {
@@ -188,7 +475,41 @@ impl Report {
                 "dma-buf miss (NOCACHE pin per use) vs dma-buf hit".into(),
                 ratio(self.op("dmabuf_miss"), self.op("dmabuf_hit")),
             ),
+            (
+                "NIC REG + DEREG vs PIN + UNPIN (2 ioctls each), 64 KiB".into(),
+                ratio(self.op("nic_reg_hit"), self.op("reuse_cached_64k")),
+            ),
         ]
+    }
+
+    /// nvsim's cost in the misses, a line each.
+    fn nv_lines(&self) -> Vec<String> {
+        self.nv_costs
+            .iter()
+            .map(|c| {
+                let what = self
+                    .ops
+                    .iter()
+                    .find(|o| o.key == c.key)
+                    .map_or(c.key.as_str(), |o| o.what.as_str());
+                let calls = if c.one_each() {
+                    String::new()
+                } else {
+                    format!(
+                        "; NOT one get_pages and one put_pages a repetition: {} and {} in {}",
+                        c.get_calls, c.put_calls, c.nvsim.reps
+                    )
+                };
+                format!(
+                    "{what}: nvsim's get_pages + put_pages {} us (p99 {}); the client's \
+                     overhead per miss {} us (p99 {}){calls}",
+                    us(c.nvsim.median_ns),
+                    us(c.nvsim.p99_ns),
+                    us(c.overhead.median_ns),
+                    us(c.overhead.p99_ns),
+                )
+            })
+            .collect()
     }
 
     /// The plain-text table printed by `run` and `render`.
@@ -238,7 +559,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\n{:>8} {:>11} {:>11} {:>13} {:>13} {:>13} {:>13} {:>10}",
+            "\n{:>8} {:>11} {:>11} {:>13} {:>13} {:>13} {:>13} {:>10} {:>10}",
             "regions",
             "hit med",
             "hit p99",
@@ -246,12 +567,13 @@ impl Report {
             "inval p99",
             "free med",
             "free p99",
-            "slab/reg"
+            "slab/reg",
+            "own/reg"
         );
         for p in &self.scaling {
             let _ = writeln!(
                 s,
-                "{:>8} {:>11} {:>11} {:>13} {:>13} {:>13} {:>13} {:>10}",
+                "{:>8} {:>11} {:>11} {:>13} {:>13} {:>13} {:>13} {:>10} {:>10}",
                 p.regions,
                 us(p.hit.median_ns),
                 us(p.hit.p99_ns),
@@ -259,14 +581,23 @@ impl Report {
                 us(p.invalidate.p99_ns),
                 us(p.free_unpinned.median_ns),
                 us(p.free_unpinned.p99_ns),
-                p.slab_per_region
+                p.slab_per_region,
+                own(p.own_per_region)
             );
         }
         let _ = writeln!(
             s,
             "(us; inval: cuMemFree of a pinned 64 KiB buffer, free: of an unpinned one; \
-             slab/reg: bytes)"
+             slab/reg: bytes of slab grown per region; own/reg: gdrpeer's own bytes per \
+             region, by its accounting)"
         );
+        let nv = self.nv_lines();
+        if !nv.is_empty() {
+            let _ = writeln!(s, "\nnvsim's own cost in a miss (medians per repetition):");
+            for l in nv {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
         if self.close_regions > 0 {
             let _ = writeln!(
                 s,
@@ -283,6 +614,26 @@ impl Report {
         for (q, r) in self.ratios() {
             let _ = writeln!(s, "  {q:<52} {r:>9}");
         }
+        let targets = self.targets();
+        let w = targets.iter().map(|t| t.what.len()).max().unwrap_or(0);
+        let _ = writeln!(s, "\ntargets (issue 21; ratios of medians):");
+        let _ = writeln!(
+            s,
+            "  {:<4} {:<w$} {:>9}  {:<26} met",
+            "", "figure", "now", "target"
+        );
+        for t in targets {
+            let _ = writeln!(
+                s,
+                "  {:<4} {:<w$} {:>9}  {:<26} {}",
+                t.id,
+                t.what,
+                t.figure(),
+                t.target,
+                t.verdict()
+            );
+        }
+        let _ = writeln!(s, "{TARGET_NOTES}");
         s
     }
 
@@ -331,6 +682,7 @@ impl Report {
             "Invalidation p99".into(),
             "Free (unpinned) median".into(),
             "Slab bytes per region".into(),
+            "gdrpeer's own bytes per region".into(),
         ]];
         for p in &self.scaling {
             rows.push(vec![
@@ -341,13 +693,59 @@ impl Report {
                 us(p.invalidate.p99_ns),
                 us(p.free_unpinned.median_ns),
                 p.slab_per_region.to_string(),
+                own(p.own_per_region),
             ]);
         }
         s.push('\n');
         s.push_str(&rst_table(&rows));
+        if !self.nv_costs.is_empty() {
+            let mut rows: Vec<Vec<String>> = vec![vec![
+                "Miss (64 KiB)".into(),
+                "Reps".into(),
+                "Miss median (us)".into(),
+                "nvsim get_pages + put_pages median (us)".into(),
+                "Overhead median (us)".into(),
+                "Overhead p99 (us)".into(),
+            ]];
+            for c in &self.nv_costs {
+                let what = self
+                    .ops
+                    .iter()
+                    .find(|o| o.key == c.key)
+                    .map_or(c.key.clone(), |o| o.what.clone());
+                rows.push(vec![
+                    what,
+                    c.nvsim.reps.to_string(),
+                    self.op(&c.key).map_or("n/a".into(), us),
+                    us(c.nvsim.median_ns),
+                    us(c.overhead.median_ns),
+                    us(c.overhead.p99_ns),
+                ]);
+            }
+            s.push('\n');
+            s.push_str(&rst_table(&rows));
+        }
         let mut rows: Vec<Vec<String>> = vec![vec!["Question".into(), "Ratio of medians".into()]];
         for (q, r) in self.ratios() {
             rows.push(vec![q, r]);
+        }
+        s.push('\n');
+        s.push_str(&rst_table(&rows));
+        let mut rows: Vec<Vec<String>> = vec![vec![
+            "Target".into(),
+            "Figure".into(),
+            "Now".into(),
+            "Issue 21".into(),
+            "Met".into(),
+        ]];
+        for t in self.targets() {
+            rows.push(vec![
+                t.id.clone(),
+                t.what.clone(),
+                t.figure(),
+                t.target.clone(),
+                t.verdict().into(),
+            ]);
         }
         s.push('\n');
         s.push_str(&rst_table(&rows));
@@ -418,8 +816,9 @@ mod tests {
             regions,
             hit: lat(hit),
             invalidate: lat(invalidate),
-            free_unpinned: lat(1),
+            free_unpinned: lat(invalidate / 2),
             slab_per_region: 0,
+            own_per_region: Some(regions / 100 + 150),
         };
         let r = Report {
             kernel: "k".into(),
@@ -438,6 +837,10 @@ mod tests {
                 op("nic_reg_hit", 8000),
                 op("dmabuf_hit", 20_000),
                 op("dmabuf_miss", 400_000),
+                op("nic_null", 1000),
+                op("gdrdrv_null", 2000),
+                op("gdrdrv_hit", 2200),
+                op("dmabuf_export_close", 3000),
             ],
             copies: vec![CopyPoint {
                 bytes: 4096,
@@ -448,16 +851,57 @@ mod tests {
             skipped: vec![],
             close_regions: 0,
             close_ns: 0,
+            nv_costs: vec![NvCost {
+                key: "reuse_nocache_64k".into(),
+                get_calls: 10,
+                put_calls: 10,
+                nvsim: lat(240_000),
+                overhead: lat(10_000),
+            }],
+            targets: vec![],
         };
         let got: Vec<String> = r.ratios().into_iter().map(|(_, v)| v).collect();
         assert_eq!(
             got,
             [
                 "2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x", "15.00x", "n/a", "2.50x",
-                "n/a", "20.00x"
+                "n/a", "20.00x", "0.80x"
             ]
             .map(String::from)
         );
+        let targets = r.targets();
+        let figures: Vec<(String, String, &str)> = targets
+            .iter()
+            .map(|t| (t.id.clone(), t.figure(), t.verdict()))
+            .collect();
+        let want = [
+            ("P1", "2.50x", "NO"),
+            ("P2", "25.00x", "NO"),
+            ("P3", "1.04x", "yes"),
+            ("P4", "1.50x", "NO"),
+            ("P5", "2.00x", "NO"),
+            // 65536 / 100 + 150 at the larger size, 150 at the smaller: the most.
+            ("P6", "805 B", "NO"),
+            // (8000 - 2 * 1000) / 10000.
+            ("P7", "0.60x", "NO"),
+            ("P8a", "1.10x", "-"),
+            ("P8b", "n/a", "-"),
+            ("P8c", "n/a", "-"),
+            ("P8d", "1.50x", "-"),
+            ("P8e", "20.00x", "-"),
+        ];
+        assert_eq!(
+            figures,
+            want.map(|(a, b, c)| (a.to_string(), b.to_string(), c))
+        );
+        assert_eq!(targets[5].target, "<= 200 B (192 + 8/page)");
+        assert_eq!(targets[7].target, "reported (P1: <= 1.2x)");
+        assert!(
+            r.table().contains("P3   miss: NOCACHE PIN + UNPIN"),
+            "{}",
+            r.table()
+        );
+        assert!(r.table().contains("overhead per miss 10.0 us"));
         assert!(r.table().contains("hit at 65536 regions vs 16"));
         // 4096 B in 2.048 us and 8.192 us.
         assert!(r.table().contains("2000.0"), "{}", r.table());
@@ -465,5 +909,46 @@ mod tests {
         let json = serde_json::to_string(&r).unwrap();
         assert_eq!(serde_json::from_str::<Report>(&json).unwrap(), r);
         assert!(r.rst().contains("=====  ====="));
+        assert!(r.rst().contains("gdrpeer's own bytes per region"));
+        assert!(r.rst().contains("P8e"));
+    }
+
+    #[test]
+    fn a_miss_counted_twice_is_not_compared() {
+        let c = NvCost {
+            key: "k".into(),
+            get_calls: 10,
+            put_calls: 9,
+            nvsim: lat(1),
+            overhead: lat(1),
+        };
+        assert!(!c.one_each());
+        assert!(NvCost { put_calls: 10, ..c }.one_each());
+    }
+
+    #[test]
+    fn targets_met_at_the_bound() {
+        let at = |bound, v| Target::new("P", String::new(), Some(v), "x", bound).met;
+        assert_eq!(at(Bound::AtMost(1.2), 1.2), Some(true));
+        assert_eq!(at(Bound::AtMost(1.2), 1.21), Some(false));
+        assert_eq!(at(Bound::AtLeast(50.0), 49.9), Some(false));
+        assert_eq!(at(Bound::Reported, 3.0), None);
+        let none = Target::new("P", String::new(), None, "B", Bound::AtMost(200.0));
+        assert_eq!((none.figure().as_str(), none.verdict()), ("n/a", "-"));
+    }
+
+    /// Runs of earlier versions (Documentation/perf) still render, targets included.
+    #[test]
+    fn old_runs_render() {
+        for text in [
+            include_str!("../../../Documentation/perf/bench.json"),
+            include_str!("../../../Documentation/perf/bench-mapping.json"),
+            include_str!("../../../Documentation/perf/bench-dmabuf.json"),
+        ] {
+            let r: Report = serde_json::from_str(text).unwrap();
+            assert!(r.table().contains("targets (issue 21"));
+            assert!(r.rst().contains("P8e"));
+            assert_eq!(r.targets().len(), 12);
+        }
     }
 }

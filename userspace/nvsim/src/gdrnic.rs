@@ -70,6 +70,9 @@ const DEREG: ioctl::Opcode = ioctl::opcode::write::<u32>(MAGIC, 2);
 pub const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
 pub const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
 const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC, 5);
+/// A command gdrnic does not know (number 0 is none of its): its dispatch returns ENOTTY
+/// at once, so the ioctl costs the system call alone.
+const UNKNOWN: ioctl::Opcode = ioctl::opcode::none(MAGIC, 0);
 /// GDRNIC_XFER_MAX.
 pub const XFER_MAX: u64 = 1 << 20;
 
@@ -160,6 +163,17 @@ impl Nic {
             handle: a.handle,
             nents: a.nents,
         })
+    }
+
+    /// An ioctl gdrnic answers without doing anything (ENOTTY, Ok here; any other result
+    /// is an error): what a system call into the NIC's driver costs, for gdrpeer-bench.
+    pub fn null_ioctl(&self) -> Result<(), Errno> {
+        // SAFETY: a command without an argument.
+        match unsafe { ioctl::ioctl(&self.fd, ioctl::NoArg::<UNKNOWN>::new()) } {
+            Err(Errno::NOTTY) => Ok(()),
+            Ok(()) => Err(Errno::INVAL),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn dereg(&self, handle: u32) -> Result<(), Errno> {
