@@ -53,7 +53,7 @@ KMAKE = $(MAKE) -C $(KDIR) M=$(CURDIR) $(if $(LLVM),LLVM=$(LLVM)) \
 	$(if $(NV_SYMVERS),KBUILD_EXTRA_SYMBOLS="$(abspath $(NV_SYMVERS))", \
 		$(if $(NVIDIA_SRC),KBUILD_MODPOST_WARN=1))
 
-.PHONY: all kdir-check modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz bench
+.PHONY: all kdir-check modules modules_install clean clippy fmt fmtcheck rust-analyzer check demo stress fuzz bench profile
 
 all: modules
 
@@ -157,3 +157,8 @@ fuzz:
 # BENCH_ARGS, e.g. BENCH_ARGS="--sizes 16,1024 --reps 1000".
 bench:
 	tests/vm/bench $(BENCH_ARGS)
+
+# Where a cache hit spends its time: perf in the benchmark guest
+# (tests/plans/profile.sh); PROFILE_REPS repetitions of each loop.
+profile:
+	tests/vm/profile $(PROFILE_REPS)

@@ -12,6 +12,7 @@ mod dmabuf;
 mod mapping;
 mod measure;
 mod plot;
+mod profile;
 mod report;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,14 @@ enum Cmd {
         /// Where to write the figures as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+    },
+    /// Repeat one operation, for a profiler to sample (`make profile`).
+    Loop {
+        #[arg(value_enum)]
+        op: profile::LoopOp,
+        /// Repetitions.
+        #[arg(long, default_value_t = 200000)]
+        reps: usize,
     },
     /// Show a run's JSON as the table (and rst), and draw the plot.
     Render {
@@ -93,6 +102,14 @@ fn main() -> ExitCode {
                 None => Ok(()),
             }
         }),
+        Cmd::Loop { op, reps } => match profile::run(op, reps) {
+            Err(measure::Failure::NoCuda(e)) => {
+                eprintln!("gdrpeer-bench: {e} (the benchmarks need a CUDA driver)");
+                return ExitCode::from(NO_CUDA);
+            }
+            Err(measure::Failure::Other(e)) => Err(e),
+            Ok(()) => Ok(()),
+        },
         Cmd::Render { json, svg, rst } => read_json(&json).and_then(|r| {
             if rst {
                 print!("{}", r.rst());

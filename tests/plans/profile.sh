@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: GPL-2.0
+# `make profile`: where a cache hit spends its time. Samples gdrpeer-bench
+# with perf's cpu-clock (QEMU's TCG has no PMU), in user space and in the
+# kernel, while it repeats a PIN hit and its UNPIN, then the null ioctl for
+# comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
+# through nvsim), and prints the symbols above 0.5% of the samples. Arguments
+# (tests/vm/run ... profile ARGS): repetitions of each loop, 200000 by
+# default.
+
+. $GDRPEER/plans/lib-load.sh
+
+# profile_loop OP REPS: where the samples fell: user space, the kernel or a
+# module, then by kernel symbol. perf 6.1 charges some samples of one module
+# to another, so the kernel addresses are looked up in /proc/kallsyms here.
+profile_loop() {
+	echo "== gdrpeer-bench loop $1"
+	perf record -q -N -e cpu-clock -c 20000 -o /tmp/perf-$1.data -- \
+		gdrpeer-bench loop "$1" --reps "$2" || return 1
+	perf script -i /tmp/perf-$1.data -F ip 2>/dev/null | awk '{ print $1 }' >/tmp/ips
+	total=$(wc -l </tmp/ips)
+	echo "-- samples: $total; by where they fell, then by kernel symbol (>= 0.5%)"
+	{
+		awk '$1 ~ /^ffff/ { print $1 " 0 " $3 " " $4 }' /proc/kallsyms
+		grep '^ffff' /tmp/ips | sed 's/$/ 1/'
+	} | sort | awk -v total="$total" '
+		$2 == 0 { sym = $3; mod = $4 == "" ? "[kernel]" : $4; next }
+		{ n[sym " " mod]++; m[mod]++; kernel++ }
+		END {
+			printf "1 %6.2f%%  [user space]\n", 100 * (total - kernel) / total
+			for (s in m) printf "1 %6.2f%%  %s\n", 100 * m[s] / total, s
+			for (s in n) if (n[s] * 200 >= total)
+				printf "2 %6.2f%%  %s\n", 100 * n[s] / total, s
+		}' | sort -k1,1n -k2,2rn | cut -c3-
+}
+
+profile() {
+	reps=$(cat $GDRPEER/plan.args)
+	reps=${reps:-200000}
+	export HOME=/tmp
+	# perf takes the modules' symbols from /proc/kallsyms.
+	echo 0 >/proc/sys/kernel/kptr_restrict
+	unload_nv_stack
+	load $GDRPEER/modules/nvsim.ko &&
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
+	# A miss sleeps in nvsim's pin cost (samples count only time on a CPU).
+	profile_loop hit "$reps" && profile_loop null "$reps" &&
+		profile_loop miss $((reps / 50))
+	rc=$?
+	unload_nv_stack
+	return $rc
+}
+
+run_plan() {
+	TEST_TIMEOUT=${PROFILE_TIMEOUT:-3600} t profile profile
+}

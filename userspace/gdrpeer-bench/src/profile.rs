@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `gdrpeer-bench loop`: one operation repeated for a sampling profiler (`make profile` runs
+//! it under `perf record` in the benchmark guest). Prints the mean time per repetition.
+
+use crate::measure::{c, g, Failure};
+use gdrpeer::{cuda::Cuda, Device, PinFlags};
+use std::time::Instant;
+
+const K64: u64 = 1 << 16;
+
+/// What the loop repeats.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LoopOp {
+    /// GDRPEER_IOCTL_GET_VERSION: the ioctl floor.
+    Null,
+    /// PIN of a cached 64 KiB region (a hit) and its UNPIN (lazy).
+    Hit,
+    /// PIN of 64 KiB with GDRPEER_PIN_NOCACHE (NVIDIA's pin) and its UNPIN (NVIDIA's unpin).
+    Miss,
+}
+
+/// Runs `op` `reps` times after a warm-up.
+pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
+    let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
+    let dev = g(Device::open_default(), "open")?;
+    let buf = c(cuda.mem_alloc(K64 as usize))?;
+    let once = || -> Result<(), String> {
+        match op {
+            LoopOp::Null => g(dev.get_version(), "version").map(drop),
+            LoopOp::Hit | LoopOp::Miss => {
+                let flags = match op {
+                    LoopOp::Miss => PinFlags::NOCACHE,
+                    _ => PinFlags::empty(),
+                };
+                let p = g(dev.pin(buf, K64, flags), "pin")?;
+                g(dev.unpin(p.handle), "unpin")
+            }
+        }
+    };
+    for _ in 0..crate::measure::WARMUP {
+        once()?;
+    }
+    let start = Instant::now();
+    for _ in 0..reps {
+        once()?;
+    }
+    let ns = start.elapsed().as_nanos() / reps.max(1) as u128;
+    println!("loop {op:?}: {reps} repetitions, {ns} ns each");
+    drop(dev);
+    c(cuda.mem_free(buf))?;
+    Ok(())
+}
