@@ -617,6 +617,31 @@ impl Context {
         }
     }
 
+    /// Takes a reference on the region that serves a pin of `range` (a callback pin, from the
+    /// cache or pinned now) for a user that needs no handle (the kernel API's registrations,
+    /// which hold the region themselves). Give it back with [`Context::unhold`]. Closing the
+    /// context releases the region like any other; the reference keeps only its memory.
+    pub(crate) fn hold(self: &Arc<Self>, range: GpuRange) -> Result<Arc<Region>> {
+        let mut inner = self.inner.lock();
+        let region = self.acquire(
+            &mut inner,
+            range,
+            PinKind::Callback,
+            Sharing::Cached,
+            Tokens::default(),
+        )?;
+        inner.trim(&params::limits());
+        Ok(region)
+    }
+
+    /// Gives back a reference of [`Context::hold`]: the region stays cached (lazy unpin), or is
+    /// released when it is out of the cache.
+    pub(crate) fn unhold(&self, region: &Arc<Region>) {
+        let mut inner = self.inner.lock();
+        self.drop_ref(&mut inner, region);
+        inner.trim(&params::limits());
+    }
+
     /// Runs `f` on a handle's region and window.
     pub(crate) fn with_handle<R>(
         &self,
@@ -626,13 +651,6 @@ impl Context {
         let inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         f(&h.region, &h.window)
-    }
-
-    /// A handle's region and window.
-    pub(crate) fn handle_region(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
-        let inner = self.inner.lock();
-        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
-        Ok((h.region.clone(), h.window))
     }
 
     /// Takes a reference on a handle's region for a dma-buf ([`crate::export`]): the region

@@ -33,10 +33,9 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Notifier, Region, Sharing},
+    cache::{Context, Notifier, Region},
     env::Env,
     export::{Export, Window},
-    nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
 };
@@ -101,8 +100,8 @@ struct KapiCtx {
 /// A `struct gdrpeer_mr`.
 struct KapiMr {
     ctx: Arc<Context>,
+    /// Held without a handle ([`Context::hold`]).
     region: Arc<Region>,
-    handle: u64,
     notifier: u64,
     addrs: KVVec<u64>,
 }
@@ -195,24 +194,19 @@ fn pin(
     if !ctx.is_owner() {
         return Err(EACCES);
     }
-    let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-    let info = ctx.pin(range, PinKind::Callback, Sharing::Cached, Tokens::default())?;
-    // Until the registration is complete, an early return gives the handle back.
-    let handle = ScopeGuard::new_with_data(info.handle, |handle| {
-        let _ = ctx.unpin(handle, || {});
-    });
-    let (region, window) = ctx.handle_region(*handle)?;
+    let window = GpuRange::new(va, len, params::max_pin_bytes())?;
+    // Until the registration is complete, an early return gives the region back.
+    let region = ScopeGuard::new_with_data(ctx.hold(window)?, |region| ctx.unhold(&region));
     region.pinned().dma_map(peer)?;
     let addrs = region.window_addresses(&window, Some(peer))?;
     let notifier = region.add_notifier(KBox::new(invalidate, GFP_KERNEL)?)?;
     let mr = KapiMr {
         ctx: ctx.clone(),
-        region,
-        handle: handle.dismiss(),
+        region: region.dismiss(),
         notifier,
         addrs,
     };
-    // On failure `mr` is dropped, which unregisters the notifier and unpins the handle.
+    // On failure `mr` is dropped, which unregisters the notifier and gives the region back.
     let mr = KBox::new(mr, GFP_KERNEL)?;
     Ok(Pinned { mr, window })
 }
@@ -221,8 +215,8 @@ impl Drop for KapiMr {
     fn drop(&mut self) {
         // Waits for a callback in progress; none is made afterwards.
         self.region.remove_notifier(self.notifier);
-        // After gdrpeer_ctx_destroy the handle is gone already.
-        let _ = self.ctx.unpin(self.handle, || {});
+        // After gdrpeer_ctx_destroy the region was released already: this drops the reference.
+        self.ctx.unhold(&self.region);
     }
 }
 
