@@ -20,6 +20,7 @@ mod failnth;
 mod fuzz;
 mod gdrdrv_sanity;
 mod helpers;
+mod kapi_fuzz;
 mod nic;
 mod proc;
 mod sanity;
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
         Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
+        Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
         // The sample NIC's tests (gdrnic.ko loaded), gdrpeer's dma-buf export with the NIC
         // as importer, and the NIC's tests that make lockdep report.

@@ -532,6 +532,7 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-slow-invalidate-is-reported",
         slow_invalidate_is_reported,
     ),
+    ("gdrnic-kapi-fuzz-short", crate::kapi_fuzz::short),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];
