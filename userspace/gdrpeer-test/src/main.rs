@@ -10,8 +10,8 @@
 //! This file reads the mode and runs it. The default run's tests are in [`tests`], one file
 //! per subject; the other modes are the sample NIC's tests ([`nic`]) with the dma-buf
 //! export's ([`dmabuf`], the NIC importing), gdrcopy's sanity
-//! scenarios ([`sanity`]), the stress run ([`stress`]), the ioctl fuzzer ([`fuzz`]) and the
-//! demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
+//! scenarios ([`sanity`]), the stress run ([`stress`]), the ioctl fuzzer ([`fuzz`]), the
+//! kernel-API fuzzer ([`kapi_fuzz`], in the NIC's tests and alone) and the demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
 //! [`proc`].
 
 mod demo;
