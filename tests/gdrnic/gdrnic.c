@@ -592,7 +592,7 @@ out:
  * Live registrations of the session over one GPU page. Each region gdrpeer
  * pins is DMA-mapped for the peer on its own (dma_map_resource() in the
  * NVIDIA driver, and nvsim), and the kernel's DMA-API debugging WARNs at the
- * eighth live mapping of one page: the regions of the session's contexts, of
+ * ninth live mapping of one page: the regions of the session's contexts, of
  * the file's, those a merge replaced while registrations hold them, and those
  * left to the callback must stay below that.
  */

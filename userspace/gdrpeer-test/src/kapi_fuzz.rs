@@ -42,8 +42,8 @@ const BUF: u64 = 2 << 20;
 const NVSIM_VA_BASE: u64 = 0x2_0000_0000;
 /// Each thread's buffers: the first [`STABLE`] are never freed during the calls, the others
 /// are freed and reallocated. The threads' memory is their own: the module keeps each
-/// page's DMA mappings below the eighth, which the kernel's DMA-API debugging reports, only
-/// among its own calls (gdrnic.c, `FUZZ_PER_PAGE`).
+/// page's live DMA mappings at eight or fewer (the kernel's DMA-API debugging WARNs at the
+/// ninth) only among its own calls (gdrnic.c, `FUZZ_PER_PAGE`).
 const PER_THREAD: usize = 4;
 const STABLE: usize = 2;
 /// Calls per FUZZ ioctl: each ioctl is one session, which releases all it made.

@@ -76,12 +76,12 @@ fn main() -> ExitCode {
         Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
         // The sample NIC's tests (gdrnic.ko loaded), gdrpeer's dma-buf export with the NIC
-        // as importer, and the NIC's tests that make lockdep report.
-        Some(mode @ ("--nic" | "--nic-lockdep")) => {
-            let tests = if mode == "--nic" {
-                [nic::TESTS, dmabuf::TESTS].concat()
-            } else {
-                nic::LOCKDEP_TESTS.to_vec()
+        // as importer, and the NIC's tests that make lockdep or DMA-API debugging report.
+        Some(mode @ ("--nic" | "--nic-lockdep" | "--nic-dma-debug")) => {
+            let tests = match mode {
+                "--nic" => [nic::TESTS, dmabuf::TESTS].concat(),
+                "--nic-lockdep" => nic::LOCKDEP_TESTS.to_vec(),
+                _ => nic::DMA_DEBUG_TESTS.to_vec(),
             };
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(harness::run_tests(&tests, &filter, nic::nic_released));
