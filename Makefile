@@ -7,7 +7,8 @@
 #   make install                                  that, the headers, Module.symvers, the udev rule
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
 #   make demo                                     the main job, end to end, in the test VM
-#   make stress | fuzz                            the long stress and ioctl fuzzing runs
+#   make stress | fuzz                            the long stress and fuzzing runs (ioctls,
+#                                                 and the kernel API from the sample NIC)
 #                                                 (stress: also both on the KCSAN kernel)
 #   make bench                                    the benchmarks: table, JSON and plot in build/bench
 #   make clippy | fmt | fmtcheck | rust-analyzer | clean
@@ -140,7 +141,8 @@ demo:
 	tests/vm/demo
 
 # The long stress and fuzzing runs (make check runs short ones); arguments in
-# STRESS_ARGS="OPS PROCS THREADS SEED" and FUZZ_ARGS="CALLS THREADS SEED".
+# STRESS_ARGS="OPS PROCS THREADS SEED" and FUZZ_ARGS="CALLS THREADS SEED
+# [KAPI_CALLS]" (the kernel-API fuzzing run after the ioctl one).
 # make stress runs the stress run on the test kernel, then both runs on the
 # KCSAN kernel (built on first use, 15-30 minutes), the second even if the
 # first failed; each prints how long its phases took.

@@ -42,11 +42,15 @@
 #include <linux/dma-resv.h>
 #include <linux/iopoll.h>
 #include <linux/kref.h>
+#include <linux/kthread.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/overflow.h>
 #include <linux/pci.h>
+#include <linux/pid.h>
+#include <linux/prandom.h>
+#include <linux/random.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -86,6 +90,7 @@ struct gdrnic_dev {
 struct gdrnic_file {
 	struct gdrnic_dev *nic;
 	struct gdrpeer_ctx *ctx;
+	struct pid *owner;		/* the opener's thread group: ctx's process */
 	struct mutex lock;		/* lock 1: serialises REG and DEREG */
 	struct xarray mrs;		/* handle -> gdrnic_mr, lookups under its xa_lock */
 };
@@ -570,6 +575,784 @@ out:
 	return ret;
 }
 
+/*
+ * --- Kernel-API fuzzing (GDRNIC_IOCTL_FUZZ) ----------------------------------
+ *
+ * One call is one session: a fixed table of contexts, registrations and
+ * dma-bufs, driven by a seeded generator, all released before the call
+ * returns. The session's own contexts belong to the caller; the file's
+ * context to the file's opener. Each outcome is checked against what
+ * Documentation/kernel-api.rst allows for the call, as a mask of outcomes.
+ */
+#define FUZZ_CTXS	2			/* the session's own contexts */
+#define FUZZ_FILE_CTX	FUZZ_CTXS		/* then the file's */
+#define FUZZ_MRS	32
+#define FUZZ_DMABUFS	4
+/*
+ * Live registrations of the session over one GPU page. Each region gdrpeer
+ * pins is DMA-mapped for the peer on its own (dma_map_resource() in the
+ * NVIDIA driver, and nvsim), and the kernel's DMA-API debugging WARNs at the
+ * ninth live mapping of one page: the regions of the session's contexts, of
+ * the file's, those a merge replaced while registrations hold them, and those
+ * left to the callback must stay below that.
+ */
+#define FUZZ_PER_PAGE	2
+
+#define O(x)		BIT(GDRNIC_FUZZ_##x)
+
+enum { FUZZ_FREE, FUZZ_PINNING, FUZZ_LIVE };		/* gdrnic_fuzz_mr.state */
+enum { CB_NONE, CB_RUNNING, CB_RETURNED };		/* gdrnic_fuzz_mr.cb */
+/* Ranges: C_CHURNED is a window of a range that may be freed, if there is one. */
+enum { C_WINDOW, C_PARTIAL, C_BAD_LENGTH, C_NOT_GPU, C_CHURNED };
+
+static const char * const gdrnic_fuzz_names[GDRNIC_FUZZ_NR_OPS] = {
+	"ctx_create", "ctx_destroy", "pin", "pin_churned", "pin_partial",
+	"pin_bad_length", "pin_not_gpu", "pin_null", "pin_foreign", "unpin",
+	"unpin_during_callback", "unpin_after_callback", "export", "export_bad",
+	"export_null", "export_foreign", "dmabuf_put", "kthread_pin",
+	"kthread_export", "kthread_destroy", "kthread_own_ctx", "callback",
+};
+
+struct gdrnic_fuzz;
+
+/* A registration of the session, and its invalidate callback's data. */
+struct gdrnic_fuzz_mr {
+	struct gdrnic_fuzz *s;
+	struct gdrpeer_mr *mr;
+	struct gdrpeer_mr_info info;
+	bool stable;			/* on memory not freed during the call */
+	u64 start, end;			/* its pages, for FUZZ_PER_PAGE */
+	atomic_t state;			/* FUZZ_FREE, _PINNING (in the call), _LIVE */
+	atomic_t cb;			/* CB_*: its callback */
+	int cb_at_unpin;		/* cb when unpin returned */
+};
+
+struct gdrnic_fuzz {
+	struct gdrnic_fuzz_args *a;
+	struct pci_dev *peer;
+	struct rnd_state rnd;
+	bool mine;			/* the caller opened the file */
+	u32 enomem;			/* O(ENOMEM) where nvsim may fail, else 0 */
+	struct gdrpeer_ctx *ctx[FUZZ_CTXS + 1];
+	struct gdrnic_fuzz_mr mrs[FUZZ_MRS];
+	struct gdrnic_fuzz_mr kmr;	/* a kernel thread's pin, which must fail */
+	struct dma_buf *dmabufs[FUZZ_DMABUFS];
+	atomic64_t callbacks;
+	atomic_t failures;
+	spinlock_t lock;		/* the first failure; never held around gdrpeer_* */
+	bool failed;
+};
+
+/* A call made from a kernel thread, the session's thread waiting for it. */
+struct gdrnic_fuzz_kcall {
+	struct gdrnic_fuzz *s;
+	int op;
+	struct gdrpeer_ctx *ctx;
+	u64 va, len;
+	int ret;
+	struct completion done;
+};
+
+static void gdrnic_fuzz_fail(struct gdrnic_fuzz *s, int op, int err, const char *what)
+{
+	atomic_inc(&s->failures);
+	spin_lock(&s->lock);
+	if (!s->failed) {
+		s->failed = true;
+		s->a->first_failure_op = op;
+		s->a->first_failure_errno = err;
+	}
+	spin_unlock(&s->lock);
+	pr_err_ratelimited("fuzz: %s: %s (errno %d)\n", gdrnic_fuzz_names[op], what, err);
+}
+
+static int gdrnic_fuzz_outcome(int err)
+{
+	switch (err) {
+	case 0:
+		return GDRNIC_FUZZ_OK;
+	case -EINVAL:
+		return GDRNIC_FUZZ_EINVAL;
+	case -EACCES:
+		return GDRNIC_FUZZ_EACCES;
+	case -ENOMEM:
+		return GDRNIC_FUZZ_ENOMEM;
+	case -ENXIO:
+		return GDRNIC_FUZZ_ENXIO;
+	case -EOPNOTSUPP:
+		return GDRNIC_FUZZ_EOPNOTSUPP;
+	default:
+		return GDRNIC_FUZZ_EOTHER;
+	}
+}
+
+/* Counts @err for @op, a failure unless its outcome is in @allowed. */
+static void gdrnic_fuzz_check(struct gdrnic_fuzz *s, int op, int err, u32 allowed)
+{
+	int o = gdrnic_fuzz_outcome(err);
+
+	s->a->counts[op][o]++;
+	if (!(allowed & BIT(o)))
+		gdrnic_fuzz_fail(s, op, err, "an outcome the documentation does not give here");
+}
+
+static u32 gdrnic_fuzz_below(struct gdrnic_fuzz *s, u32 n)
+{
+	return n ? prandom_u32_state(&s->rnd) % n : 0;
+}
+
+/*
+ * The invalidate callback: at most once per registration, never after its
+ * unpin returned, never for memory that stays allocated; it may sleep.
+ */
+static void gdrnic_fuzz_invalidate(void *data)
+{
+	struct gdrnic_fuzz_mr *m = data;
+	struct gdrnic_fuzz *s = m->s;
+
+	atomic64_inc(&s->callbacks);
+	if (atomic_read(&m->state) == FUZZ_FREE)
+		gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called after its unpin returned");
+	if (m->stable)
+		gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called for memory not freed");
+	if (atomic_cmpxchg(&m->cb, CB_NONE, CB_RUNNING) != CB_NONE) {
+		gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called twice");
+		return;
+	}
+	if (s->a->flags & GDRNIC_FUZZ_SLOW_CALLBACK)
+		msleep(1 + get_random_u32_below(4));
+	atomic_set(&m->cb, CB_RETURNED);
+}
+
+/*
+ * A range of class @c in *@va and *@len, and the outcomes a pin or export of
+ * it with a context of the caller may have. *@stable: inside memory that
+ * stays allocated.
+ */
+static u32 gdrnic_fuzz_range(struct gdrnic_fuzz *s, int c, u64 *va, u64 *len, bool *stable)
+{
+	const struct gdrnic_fuzz_range *r = &s->a->ranges[gdrnic_fuzz_below(s, s->a->nranges)];
+	u64 start;
+	u32 i;
+
+	/* Windows to be left to the callback are of memory that goes. */
+	for (i = 0; c == C_CHURNED && i < s->a->nranges && (r->flags & GDRNIC_FUZZ_STABLE); i++)
+		r = &s->a->ranges[i];
+	if (c == C_CHURNED)
+		c = C_WINDOW;
+	start = gdrnic_fuzz_below(s, r->len);
+
+	*stable = false;
+	switch (c) {
+	case C_WINDOW:
+		*stable = r->flags & GDRNIC_FUZZ_STABLE;
+		if (!gdrnic_fuzz_below(s, 8)) {
+			*va = r->va;
+			*len = r->len;
+		} else {
+			*va = r->va + start;
+			*len = 1 + gdrnic_fuzz_below(s, min_t(u64, r->len - start, 3 * SZ_64K));
+		}
+		/* Another process's memory is not the caller's GPU memory. */
+		if (!s->mine)
+			return O(EINVAL) | s->enomem;
+		/* Freed before the call, or during it. */
+		return *stable ? O(OK) | s->enomem : O(OK) | O(EINVAL) | O(ENXIO) | s->enomem;
+	case C_PARTIAL:
+		/* Past the allocation's end: not GPU memory of one allocation. */
+		*va = r->va + start;
+		*len = r->len - start + 1 + gdrnic_fuzz_below(s, 2 * SZ_64K);
+		return O(EINVAL) | s->enomem;
+	case C_BAD_LENGTH:
+		/* Refused before any NVIDIA call. */
+		*va = r->va + start;
+		switch (gdrnic_fuzz_below(s, 4)) {
+		case 0:
+			*len = 0;
+			break;
+		case 1:		/* longer than any max_pin_bytes */
+			*len = BIT_ULL(63) + gdrnic_fuzz_below(s, SZ_64K);
+			break;
+		case 2:		/* va + len wraps */
+			*len = U64_MAX - *va + 1 + gdrnic_fuzz_below(s, SZ_64K);
+			break;
+		default:	/* va + len fits, rounded up to 64 KiB it wraps */
+			*va = U64_MAX - SZ_64K + 2 + gdrnic_fuzz_below(s, SZ_32K);
+			*len = 1 + gdrnic_fuzz_below(s, (u32)(U64_MAX - *va));
+			break;
+		}
+		return O(EINVAL);
+	default:
+		switch (gdrnic_fuzz_below(s, 3)) {
+		case 0:		/* below nvsim's GPU addresses */
+			*va = SZ_64K + gdrnic_fuzz_below(s, SZ_1G);
+			break;
+		case 1:		/* where user space keeps host memory */
+			*va = 0x7f0000000000ULL + gdrnic_fuzz_below(s, SZ_1G);
+			break;
+		default:	/* a kernel address */
+			*va = 0xffff888000000000ULL + gdrnic_fuzz_below(s, SZ_1G);
+			break;
+		}
+		*len = 1 + gdrnic_fuzz_below(s, 3 * SZ_64K);
+		return O(EINVAL) | s->enomem;
+	}
+}
+
+/* A context for a call: a live one of the session's, or the file's. */
+static int gdrnic_fuzz_pick_ctx(struct gdrnic_fuzz *s)
+{
+	int i = gdrnic_fuzz_below(s, FUZZ_CTXS + 1);
+
+	while (!s->ctx[i])
+		i = (i + 1) % (FUZZ_CTXS + 1);
+	return i;
+}
+
+/* A live context of the session's own, or -1. */
+static int gdrnic_fuzz_pick_own_ctx(struct gdrnic_fuzz *s)
+{
+	int i, start = gdrnic_fuzz_below(s, FUZZ_CTXS);
+
+	for (i = 0; i < FUZZ_CTXS; i++)
+		if (s->ctx[(start + i) % FUZZ_CTXS])
+			return (start + i) % FUZZ_CTXS;
+	return -1;
+}
+
+/* A free registration slot, or NULL; its callback must not have run since its unpin. */
+static struct gdrnic_fuzz_mr *gdrnic_fuzz_free_mr(struct gdrnic_fuzz *s)
+{
+	int i, start = gdrnic_fuzz_below(s, FUZZ_MRS);
+
+	for (i = 0; i < FUZZ_MRS; i++) {
+		struct gdrnic_fuzz_mr *m = &s->mrs[(start + i) % FUZZ_MRS];
+
+		if (atomic_read(&m->state) != FUZZ_FREE)
+			continue;
+		if (atomic_read(&m->cb) != m->cb_at_unpin)
+			gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called after its unpin returned");
+		return m;
+	}
+	return NULL;
+}
+
+/* Whether a page of [@va, @va + @len) has FUZZ_PER_PAGE live registrations. */
+static bool gdrnic_fuzz_crowded(struct gdrnic_fuzz *s, u64 va, u64 len)
+{
+	u64 p, end = ALIGN(va + len, SZ_64K);
+	int i, n;
+
+	for (p = round_down(va, SZ_64K); p < end; p += SZ_64K) {
+		for (i = 0, n = 0; i < FUZZ_MRS; i++)
+			if (atomic_read(&s->mrs[i].state) != FUZZ_FREE &&
+			    s->mrs[i].start <= p && p < s->mrs[i].end)
+				n++;
+		if (n >= FUZZ_PER_PAGE)
+			return true;
+	}
+	return false;
+}
+
+/* Pins into @m; the outcome must be in @allowed. */
+static void gdrnic_fuzz_pin_call(struct gdrnic_fuzz *s, int op, struct gdrnic_fuzz_mr *m,
+				 struct gdrpeer_ctx *ctx, struct pci_dev *peer, u64 va, u64 len,
+				 void (*invalidate)(void *data), struct gdrpeer_mr_info *info,
+				 bool stable, u32 allowed)
+{
+	struct gdrpeer_mr *mr;
+	int ret;
+
+	m->s = s;
+	m->stable = stable;
+	m->mr = NULL;
+	m->start = 0;
+	m->end = 0;
+	if (len && va + len > va && va + len < U64_MAX - SZ_64K) {
+		m->start = round_down(va, SZ_64K);
+		m->end = ALIGN(va + len, SZ_64K);
+	}
+	atomic_set(&m->cb, CB_NONE);
+	m->cb_at_unpin = CB_NONE;
+	atomic_set(&m->state, FUZZ_PINNING);
+	mr = gdrpeer_mr_pin(ctx, peer, va, len, invalidate, m, info);
+	ret = PTR_ERR_OR_ZERO(mr);
+	gdrnic_fuzz_check(s, op, ret, allowed);
+	if (ret) {
+		/* A callback during a failed pin has returned with it. */
+		if (atomic_read(&m->cb) == CB_RUNNING)
+			gdrnic_fuzz_fail(s, op, ret, "the callback runs after the pin failed");
+		m->cb_at_unpin = atomic_read(&m->cb);
+		atomic_set(&m->state, FUZZ_FREE);
+		return;
+	}
+	if (!info)
+		;	/* failed already: a NULL info is -EINVAL */
+	else if (info->aligned_va != round_down(va, SZ_64K) || info->offset != va % SZ_64K ||
+	    info->page_size != SZ_64K || !info->dma_addrs ||
+	    info->page_count != DIV_ROUND_UP(info->offset + len, SZ_64K))
+		gdrnic_fuzz_fail(s, op, 0, "wrong gdrpeer_mr_info");
+	else if (!info->dma_addrs[0] || !info->dma_addrs[info->page_count - 1])
+		gdrnic_fuzz_fail(s, op, 0, "a DMA address 0");
+	m->mr = mr;
+	atomic_set(&m->state, FUZZ_LIVE);
+}
+
+static void gdrnic_fuzz_unpin(struct gdrnic_fuzz *s, struct gdrnic_fuzz_mr *m)
+{
+	int cb = atomic_read(&m->cb), op;
+
+	gdrpeer_mr_unpin(m->mr);
+	/* A running callback was waited for; none starts after. */
+	m->cb_at_unpin = atomic_read(&m->cb);
+	atomic_set(&m->state, FUZZ_FREE);
+	op = cb == CB_RUNNING ? GDRNIC_FUZZ_UNPIN_DURING_CALLBACK :
+	     cb == CB_RETURNED ? GDRNIC_FUZZ_UNPIN_AFTER_CALLBACK : GDRNIC_FUZZ_UNPIN;
+	s->a->counts[op][GDRNIC_FUZZ_OK]++;
+	if (m->cb_at_unpin == CB_RUNNING)
+		gdrnic_fuzz_fail(s, op, 0, "returned while the callback runs");
+}
+
+static void gdrnic_fuzz_unpin_some(struct gdrnic_fuzz *s);
+
+/*
+ * A pin of a range of class @c with context @i, or one of the session's or
+ * the file's if @i is negative.
+ */
+static void gdrnic_fuzz_pin(struct gdrnic_fuzz *s, int c, int i)
+{
+	static const int ops[] = {
+		[C_WINDOW] = GDRNIC_FUZZ_PIN,
+		[C_PARTIAL] = GDRNIC_FUZZ_PIN_PARTIAL,
+		[C_BAD_LENGTH] = GDRNIC_FUZZ_PIN_BAD_LENGTH,
+		[C_NOT_GPU] = GDRNIC_FUZZ_PIN_NOT_GPU,
+	};
+	struct gdrnic_fuzz_mr *m = gdrnic_fuzz_free_mr(s);
+	int op = ops[c == C_CHURNED ? C_WINDOW : c];
+	bool stable;
+	u32 allowed;
+	u64 va, len;
+
+	if (!m)
+		return;
+	if (i < 0)
+		i = gdrnic_fuzz_pick_ctx(s);
+	allowed = gdrnic_fuzz_range(s, c, &va, &len, &stable);
+	if (c == C_CHURNED)
+		c = C_WINDOW;
+	if (c == C_WINDOW && gdrnic_fuzz_crowded(s, va, len)) {
+		gdrnic_fuzz_unpin_some(s);
+		return;
+	}
+	if (c == C_WINDOW && !stable)
+		op = GDRNIC_FUZZ_PIN_CHURNED;
+	if (i == FUZZ_FILE_CTX && !s->mine) {
+		/* The opener's context: the check of the caller may come first. */
+		op = GDRNIC_FUZZ_PIN_FOREIGN;
+		allowed = O(EACCES) | (c == C_WINDOW ? 0 : O(EINVAL));
+	}
+	gdrnic_fuzz_pin_call(s, op, m, s->ctx[i], s->peer, va, len, gdrnic_fuzz_invalidate,
+			     &m->info, stable, allowed);
+}
+
+/* A pin with one NULL argument, of a window with a context of the caller's. */
+static void gdrnic_fuzz_pin_null(struct gdrnic_fuzz *s)
+{
+	struct gdrnic_fuzz_mr *m = gdrnic_fuzz_free_mr(s);
+	int i = s->mine ? gdrnic_fuzz_pick_ctx(s) : gdrnic_fuzz_pick_own_ctx(s);
+	struct gdrpeer_ctx *ctx = i < 0 ? NULL : s->ctx[i];
+	void (*invalidate)(void *data) = gdrnic_fuzz_invalidate;
+	struct gdrpeer_mr_info *info;
+	struct pci_dev *peer = s->peer;
+	bool stable;
+	u64 va, len;
+
+	if (!m)
+		return;
+	info = &m->info;
+	gdrnic_fuzz_range(s, C_WINDOW, &va, &len, &stable);
+	if (gdrnic_fuzz_crowded(s, va, len))
+		return;
+	switch (gdrnic_fuzz_below(s, 4)) {
+	case 0:
+		ctx = NULL;
+		break;
+	case 1:
+		peer = NULL;
+		break;
+	case 2:
+		info = NULL;
+		break;
+	default:
+		invalidate = NULL;
+		break;
+	}
+	gdrnic_fuzz_pin_call(s, GDRNIC_FUZZ_PIN_NULL, m, ctx, peer, va, len, invalidate, info,
+			     stable, O(EINVAL));
+}
+
+static void gdrnic_fuzz_put_dmabuf(struct gdrnic_fuzz *s, int i)
+{
+	dma_buf_put(s->dmabufs[i]);
+	s->dmabufs[i] = NULL;
+	s->a->counts[GDRNIC_FUZZ_DMABUF_PUT][GDRNIC_FUZZ_OK]++;
+}
+
+/* Keeps @buf, made by an export of @va and @len, or puts it. */
+static void gdrnic_fuzz_keep_dmabuf(struct gdrnic_fuzz *s, int op, struct dma_buf *buf,
+				    u64 va, u64 len, u64 offset)
+{
+	int i;
+
+	if (offset != va % SZ_64K || buf->size != ALIGN(offset + len, SZ_64K))
+		gdrnic_fuzz_fail(s, op, 0, "wrong offset or dma-buf size");
+	for (i = 0; i < FUZZ_DMABUFS; i++) {
+		if (!s->dmabufs[i]) {
+			s->dmabufs[i] = buf;
+			return;
+		}
+	}
+	dma_buf_put(buf);
+	s->a->counts[GDRNIC_FUZZ_DMABUF_PUT][GDRNIC_FUZZ_OK]++;
+}
+
+/* gdrpeer_dmabuf_export() of a range of class @c, or with a NULL argument. */
+static void gdrnic_fuzz_export(struct gdrnic_fuzz *s, int c, bool null)
+{
+	int i = gdrnic_fuzz_pick_ctx(s), ret;
+	int op = c == C_WINDOW ? GDRNIC_FUZZ_EXPORT : GDRNIC_FUZZ_EXPORT_BAD;
+	struct gdrpeer_ctx *ctx = s->ctx[i];
+	u64 va, len, offset, *offp = &offset;
+	struct dma_buf *buf;
+	bool stable;
+	u32 allowed;
+
+	allowed = gdrnic_fuzz_range(s, c, &va, &len, &stable);
+	if (null) {
+		op = GDRNIC_FUZZ_EXPORT_NULL;
+		allowed = O(EINVAL);
+		if (gdrnic_fuzz_below(s, 2))
+			ctx = NULL;
+		else
+			offp = NULL;
+	} else if (i == FUZZ_FILE_CTX && !s->mine) {
+		op = GDRNIC_FUZZ_EXPORT_FOREIGN;
+		allowed = O(EACCES) | (c == C_WINDOW ? 0 : O(EINVAL));
+	}
+	buf = gdrpeer_dmabuf_export(ctx, va, len, offp);
+	ret = PTR_ERR_OR_ZERO(buf);
+	gdrnic_fuzz_check(s, op, ret, allowed);
+	if (!ret)
+		gdrnic_fuzz_keep_dmabuf(s, op, buf, va, len, offset);
+}
+
+static int gdrnic_fuzz_kthread(void *data)
+{
+	struct gdrnic_fuzz_kcall *k = data;
+	struct gdrnic_fuzz *s = k->s;
+	struct gdrpeer_ctx *own = NULL;
+	struct gdrpeer_mr *mr;
+	struct dma_buf *buf;
+	u64 offset;
+
+	switch (k->op) {
+	case GDRNIC_FUZZ_KTHREAD_OWN_CTX:
+		own = gdrpeer_ctx_create();
+		if (IS_ERR(own)) {
+			k->ret = PTR_ERR(own);
+			break;
+		}
+		k->ctx = own;
+		fallthrough;
+	case GDRNIC_FUZZ_KTHREAD_PIN:
+		atomic_set(&s->kmr.state, FUZZ_PINNING);
+		mr = gdrpeer_mr_pin(k->ctx, s->peer, k->va, k->len, gdrnic_fuzz_invalidate,
+				    &s->kmr, &s->kmr.info);
+		k->ret = PTR_ERR_OR_ZERO(mr);
+		if (!k->ret)
+			gdrpeer_mr_unpin(mr);
+		s->kmr.cb_at_unpin = atomic_read(&s->kmr.cb);
+		atomic_set(&s->kmr.state, FUZZ_FREE);
+		if (own)
+			gdrpeer_ctx_destroy(own);
+		break;
+	case GDRNIC_FUZZ_KTHREAD_EXPORT:
+		buf = gdrpeer_dmabuf_export(k->ctx, k->va, k->len, &offset);
+		k->ret = PTR_ERR_OR_ZERO(buf);
+		if (!k->ret)
+			dma_buf_put(buf);
+		break;
+	default:
+		/* Not the owner: the regions stay pinned until NVIDIA frees the memory. */
+		gdrpeer_ctx_destroy(k->ctx);
+		k->ret = 0;
+		break;
+	}
+	kthread_complete_and_exit(&k->done, 0);
+}
+
+/*
+ * A call from a kernel thread, which is not the process of any context: with
+ * a context of the caller's, pins and exports fail with -EACCES and a destroy
+ * leaves the pages to the callback; with one of its own, there is no GPU
+ * memory to pin.
+ */
+static void gdrnic_fuzz_kcall(struct gdrnic_fuzz *s, int op, int i)
+{
+	struct gdrnic_fuzz_kcall k = { .s = s, .op = op };
+	struct task_struct *t;
+	bool stable;
+	u32 allowed;
+	int c;
+
+	if (op != GDRNIC_FUZZ_KTHREAD_OWN_CTX) {
+		if (i < 0)
+			i = gdrnic_fuzz_pick_own_ctx(s);
+		if (i < 0)
+			return;
+		k.ctx = s->ctx[i];
+	}
+	c = gdrnic_fuzz_below(s, 4);
+	allowed = gdrnic_fuzz_range(s, c, &k.va, &k.len, &stable);
+	if (op == GDRNIC_FUZZ_KTHREAD_OWN_CTX)
+		allowed = c == C_BAD_LENGTH ? O(EINVAL) : O(EINVAL) | s->enomem;
+	else if (op != GDRNIC_FUZZ_KTHREAD_DESTROY)
+		allowed = O(EACCES) | (c == C_WINDOW ? 0 : O(EINVAL));
+	else
+		allowed = O(OK);
+	s->kmr.s = s;
+	s->kmr.stable = stable;
+	atomic_set(&s->kmr.cb, CB_NONE);
+	s->kmr.cb_at_unpin = CB_NONE;
+	init_completion(&k.done);
+	t = kthread_run(gdrnic_fuzz_kthread, &k, "gdrnic-fuzz");
+	if (IS_ERR(t)) {
+		if (op == GDRNIC_FUZZ_KTHREAD_DESTROY) {
+			gdrpeer_ctx_destroy(k.ctx);
+			s->ctx[i] = NULL;
+		}
+		return;
+	}
+	wait_for_completion(&k.done);
+	gdrnic_fuzz_check(s, op, k.ret, allowed);
+	if (atomic_read(&s->kmr.cb) != s->kmr.cb_at_unpin)
+		gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called after its unpin returned");
+	if (op == GDRNIC_FUZZ_KTHREAD_DESTROY)
+		s->ctx[i] = NULL;
+}
+
+/* Unpins a live registration, most often one whose callback runs now. */
+static void gdrnic_fuzz_unpin_some(struct gdrnic_fuzz *s)
+{
+	int i, start = gdrnic_fuzz_below(s, FUZZ_MRS);
+	struct gdrnic_fuzz_mr *pick = NULL;
+
+	for (i = 0; i < FUZZ_MRS; i++) {
+		struct gdrnic_fuzz_mr *m = &s->mrs[(start + i) % FUZZ_MRS];
+
+		if (atomic_read(&m->state) != FUZZ_LIVE)
+			continue;
+		if (atomic_read(&m->cb) == CB_RUNNING) {
+			pick = m;
+			break;
+		}
+		if (!pick)
+			pick = m;
+	}
+	if (pick)
+		gdrnic_fuzz_unpin(s, pick);
+}
+
+/* A new context of the session in its slot @i. */
+static bool gdrnic_fuzz_ctx_create(struct gdrnic_fuzz *s, int i)
+{
+	struct gdrpeer_ctx *ctx = gdrpeer_ctx_create();
+
+	gdrnic_fuzz_check(s, GDRNIC_FUZZ_CTX_CREATE, PTR_ERR_OR_ZERO(ctx), O(OK));
+	if (IS_ERR(ctx))
+		return false;
+	s->ctx[i] = ctx;
+	return true;
+}
+
+/*
+ * A new context with registrations of memory that may be freed, destroyed
+ * from a kernel thread: its pages stay pinned and mapped until the memory is
+ * freed, and its registrations are still to be unpinned. (Of memory that
+ * stays, those mappings would pile up for the whole run: FUZZ_PER_PAGE.)
+ */
+static void gdrnic_fuzz_kdestroy(struct gdrnic_fuzz *s)
+{
+	int i, n;
+
+	for (i = 0; i < FUZZ_CTXS && s->ctx[i]; i++)
+		;
+	if (i == FUZZ_CTXS || !gdrnic_fuzz_ctx_create(s, i))
+		return;
+	for (n = 1 + gdrnic_fuzz_below(s, 3); n; n--)
+		gdrnic_fuzz_pin(s, C_CHURNED, i);
+	gdrnic_fuzz_kcall(s, GDRNIC_FUZZ_KTHREAD_DESTROY, i);
+}
+
+static void gdrnic_fuzz_one(struct gdrnic_fuzz *s)
+{
+	/* Weights of the ops, in this order. */
+	static const u8 weights[] = { 3, 2, 30, 4, 4, 3, 3, 30, 6, 3, 2, 4, 1, 1, 1, 1 };
+	u32 x = gdrnic_fuzz_below(s, 98);
+	int i, n = 0;
+
+	for (n = 0; n < ARRAY_SIZE(weights) - 1 && x >= weights[n]; n++)
+		x -= weights[n];
+	switch (n) {
+	case 0:
+		i = gdrnic_fuzz_below(s, FUZZ_CTXS);
+		if (!s->ctx[i])
+			gdrnic_fuzz_ctx_create(s, i);
+		break;
+	case 1:
+		/* Its registrations and dma-bufs live on, to be unpinned and put later. */
+		i = gdrnic_fuzz_pick_own_ctx(s);
+		if (i >= 0) {
+			gdrpeer_ctx_destroy(s->ctx[i]);
+			s->ctx[i] = NULL;
+			s->a->counts[GDRNIC_FUZZ_CTX_DESTROY][GDRNIC_FUZZ_OK]++;
+		}
+		break;
+	case 2 ... 5:	/* C_WINDOW, C_PARTIAL, C_BAD_LENGTH, C_NOT_GPU */
+		gdrnic_fuzz_pin(s, n - 2, -1);
+		break;
+	case 6:
+		gdrnic_fuzz_pin_null(s);
+		break;
+	case 7:
+		gdrnic_fuzz_unpin_some(s);
+		break;
+	case 8:
+		gdrnic_fuzz_export(s, C_WINDOW, false);
+		break;
+	case 9:
+		gdrnic_fuzz_export(s, 1 + gdrnic_fuzz_below(s, 3), false);
+		break;
+	case 10:
+		gdrnic_fuzz_export(s, C_WINDOW, true);
+		break;
+	case 11:
+		i = gdrnic_fuzz_below(s, FUZZ_DMABUFS);
+		if (s->dmabufs[i])
+			gdrnic_fuzz_put_dmabuf(s, i);
+		break;
+	case 12:
+		gdrnic_fuzz_kcall(s, GDRNIC_FUZZ_KTHREAD_PIN, -1);
+		break;
+	case 13:
+		gdrnic_fuzz_kcall(s, GDRNIC_FUZZ_KTHREAD_EXPORT, -1);
+		break;
+	case 14:
+		gdrnic_fuzz_kdestroy(s);
+		break;
+	default:
+		gdrnic_fuzz_kcall(s, GDRNIC_FUZZ_KTHREAD_OWN_CTX, -1);
+		break;
+	}
+}
+
+/* Releases what the session holds, in an order of its choosing. */
+static void gdrnic_fuzz_end(struct gdrnic_fuzz *s)
+{
+	bool dmabufs_first = gdrnic_fuzz_below(s, 2);
+	int i;
+
+	for (i = 0; i < FUZZ_MRS; i++)
+		if (atomic_read(&s->mrs[i].state) == FUZZ_LIVE)
+			gdrnic_fuzz_unpin(s, &s->mrs[i]);
+	for (i = 0; i < FUZZ_DMABUFS; i++)
+		if (dmabufs_first && s->dmabufs[i])
+			gdrnic_fuzz_put_dmabuf(s, i);
+	for (i = 0; i < FUZZ_CTXS; i++) {
+		if (s->ctx[i]) {
+			gdrpeer_ctx_destroy(s->ctx[i]);
+			s->ctx[i] = NULL;
+			s->a->counts[GDRNIC_FUZZ_CTX_DESTROY][GDRNIC_FUZZ_OK]++;
+		}
+	}
+	for (i = 0; i < FUZZ_DMABUFS; i++)
+		if (s->dmabufs[i])
+			gdrnic_fuzz_put_dmabuf(s, i);
+	for (i = 0; i < FUZZ_MRS; i++)
+		if (atomic_read(&s->mrs[i].cb) != s->mrs[i].cb_at_unpin)
+			gdrnic_fuzz_fail(s, GDRNIC_FUZZ_CALLBACK, 0, "called after its unpin returned");
+}
+
+static long gdrnic_fuzz(struct gdrnic_file *f, void __user *uarg)
+{
+	struct gdrnic_fuzz *s;
+	u32 i, n;
+	long ret = 0;
+
+	s = kzalloc_obj(*s, GFP_KERNEL);
+	if (!s)
+		return -ENOMEM;
+	s->a = kzalloc_obj(*s->a, GFP_KERNEL);
+	if (!s->a) {
+		kfree(s);
+		return -ENOMEM;
+	}
+	if (copy_from_user(s->a, uarg, sizeof(*s->a))) {
+		ret = -EFAULT;
+		goto out;
+	}
+	n = s->a->nranges;
+	if (!s->a->ops || s->a->ops > GDRNIC_FUZZ_MAX_OPS || (s->a->flags & ~GDRNIC_FUZZ_FLAGS) ||
+	    !n || n > GDRNIC_FUZZ_RANGES) {
+		ret = -EINVAL;
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		const struct gdrnic_fuzz_range *r = &s->a->ranges[i];
+
+		if (r->pad || (r->flags & ~GDRNIC_FUZZ_STABLE) || !r->len ||
+		    !IS_ALIGNED(r->va | r->len, SZ_64K) || r->va + r->len < r->va) {
+			ret = -EINVAL;
+			goto out;
+		}
+	}
+	/* The outputs start at 0 whatever the caller passed. */
+	s->a->failures = 0;
+	s->a->first_failure_op = 0;
+	s->a->first_failure_errno = 0;
+	memset(s->a->counts, 0, sizeof(s->a->counts));
+
+	mutex_lock(&f->nic->engine_lock);
+	ret = f->nic->gone ? -ENODEV : 0;
+	mutex_unlock(&f->nic->engine_lock);
+	if (ret)
+		goto out;
+	s->peer = f->nic->pdev;
+	s->mine = task_tgid(current) == f->owner;
+	s->enomem = s->a->flags & GDRNIC_FUZZ_FAULTS ? O(ENOMEM) : 0;
+	s->ctx[FUZZ_FILE_CTX] = f->ctx;
+	spin_lock_init(&s->lock);
+	prandom_seed_state(&s->rnd, s->a->seed);
+
+	for (i = 0; i < s->a->ops; i++) {
+		if (fatal_signal_pending(current)) {
+			ret = -EINTR;
+			break;
+		}
+		gdrnic_fuzz_one(s);
+		cond_resched();
+	}
+	gdrnic_fuzz_end(s);
+	s->a->counts[GDRNIC_FUZZ_CALLBACK][GDRNIC_FUZZ_OK] = atomic64_read(&s->callbacks);
+	s->a->failures = atomic_read(&s->failures);
+	if (!ret && copy_to_user(uarg, s->a, sizeof(*s->a)))
+		ret = -EFAULT;
+out:
+	kfree(s->a);
+	kfree(s);
+	return ret;
+}
+
 static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct gdrnic_file *f = file->private_data;
@@ -586,6 +1369,8 @@ static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return gdrnic_xfer(f, uarg, false);
 	case GDRNIC_IOCTL_REG_DMABUF:
 		return gdrnic_reg_dmabuf(f, uarg);
+	case GDRNIC_IOCTL_FUZZ:
+		return gdrnic_fuzz(f, uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -607,6 +1392,7 @@ static int gdrnic_open(struct inode *inode, struct file *file)
 		kfree(f);
 		return ret;
 	}
+	f->owner = get_pid(task_tgid(current));
 	mutex_init(&f->lock);
 	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC1);
 	kref_get(&nic->ref);
@@ -628,6 +1414,7 @@ static int gdrnic_release(struct inode *inode, struct file *file)
 	}
 	xa_destroy(&f->mrs);
 	gdrpeer_ctx_destroy(f->ctx);
+	put_pid(f->owner);
 	kref_put(&f->nic->ref, gdrnic_dev_release);
 	mutex_destroy(&f->lock);
 	kfree(f);

@@ -70,10 +70,103 @@ struct gdrnic_dmabuf_args {
 	__u32 nents;		/* out: DMA segments of the first mapping */
 };
 
+/*
+ * FUZZ: the module itself makes @ops random calls of gdrpeer's kernel API
+ * (include/gdrpeer-kapi.h), seeded by @seed, and checks each outcome against
+ * Documentation/kernel-api.rst: contexts created and destroyed (in the
+ * caller and from kernel threads), pins of windows, of ranges running past
+ * an allocation's end, of bad lengths, of memory that is not GPU memory and
+ * with NULL arguments, unpins (during and after an invalidate callback),
+ * dma-buf exports and their puts, and calls on the file's context, which
+ * from a process other than the file's opener must fail with -EACCES. An
+ * outcome the documentation does not give for the call is a failure: counted
+ * in @failures and logged with the op and the errno. Everything the call
+ * made is released before it returns (a fatal signal ends it early, with
+ * -EINTR).
+ *
+ * @ranges are whole GPU allocations of the file's opener, 64 KiB aligned;
+ * those without GDRNIC_FUZZ_STABLE may be freed during the call, and what
+ * takes their place must not cross their ends (allocations of one size do
+ * not). From another process they are memory that is not the caller's.
+ */
+#define GDRNIC_FUZZ_RANGES	8
+#define GDRNIC_FUZZ_MAX_OPS	(1U << 24)
+
+/* gdrnic_fuzz_range.flags */
+#define GDRNIC_FUZZ_STABLE		(1U << 0)	/* not freed during the call */
+
+/* gdrnic_fuzz_args.flags */
+#define GDRNIC_FUZZ_FAULTS		(1U << 0)	/* nvsim may fail its calls with ENOMEM */
+#define GDRNIC_FUZZ_SLOW_CALLBACK	(1U << 1)	/* callbacks sleep 1-8 ms */
+#define GDRNIC_FUZZ_FLAGS		0x3
+
+/* The op kinds: the first index of gdrnic_fuzz_args.counts. */
+enum {
+	GDRNIC_FUZZ_CTX_CREATE,		/* gdrpeer_ctx_create() */
+	GDRNIC_FUZZ_CTX_DESTROY,	/* gdrpeer_ctx_destroy(), registrations live or not */
+	GDRNIC_FUZZ_PIN,		/* a window of a stable range */
+	GDRNIC_FUZZ_PIN_CHURNED,	/* a window of a range freed meanwhile */
+	GDRNIC_FUZZ_PIN_PARTIAL,	/* from inside a range to past its end */
+	GDRNIC_FUZZ_PIN_BAD_LENGTH,	/* 0, too long, va + len or its rounded end wrapping */
+	GDRNIC_FUZZ_PIN_NOT_GPU,	/* low, host and kernel addresses */
+	GDRNIC_FUZZ_PIN_NULL,		/* NULL ctx, peer, info or invalidate */
+	GDRNIC_FUZZ_PIN_FOREIGN,	/* the file's context from another process */
+	GDRNIC_FUZZ_UNPIN,		/* no callback seen */
+	GDRNIC_FUZZ_UNPIN_DURING_CALLBACK,	/* its invalidate callback running */
+	GDRNIC_FUZZ_UNPIN_AFTER_CALLBACK,	/* invalidated */
+	GDRNIC_FUZZ_EXPORT,		/* gdrpeer_dmabuf_export() of a window */
+	GDRNIC_FUZZ_EXPORT_BAD,		/* of a partial, bad-length or not-GPU range */
+	GDRNIC_FUZZ_EXPORT_NULL,	/* NULL ctx or offset */
+	GDRNIC_FUZZ_EXPORT_FOREIGN,	/* the file's context from another process */
+	GDRNIC_FUZZ_DMABUF_PUT,		/* dma_buf_put() of an export */
+	GDRNIC_FUZZ_KTHREAD_PIN,	/* a kernel thread pinning with the caller's context */
+	GDRNIC_FUZZ_KTHREAD_EXPORT,	/* and exporting */
+	GDRNIC_FUZZ_KTHREAD_DESTROY,	/* destroying it: its pages are left to the callback */
+	GDRNIC_FUZZ_KTHREAD_OWN_CTX,	/* pinning with a context of its own: no GPU memory */
+	GDRNIC_FUZZ_CALLBACK,		/* invalidate callbacks (outcome OK) */
+	GDRNIC_FUZZ_NR_OPS
+};
+
+#define GDRNIC_FUZZ_OPS		24	/* room for GDRNIC_FUZZ_NR_OPS */
+
+/* The outcomes: the second index of gdrnic_fuzz_args.counts. */
+enum {
+	GDRNIC_FUZZ_OK,
+	GDRNIC_FUZZ_EINVAL,
+	GDRNIC_FUZZ_EACCES,
+	GDRNIC_FUZZ_ENOMEM,
+	GDRNIC_FUZZ_ENXIO,
+	GDRNIC_FUZZ_EOPNOTSUPP,
+	GDRNIC_FUZZ_EOTHER,		/* any other errno: never documented */
+	GDRNIC_FUZZ_NR_OUTCOMES
+};
+
+#define GDRNIC_FUZZ_OUTCOMES	8	/* room for GDRNIC_FUZZ_NR_OUTCOMES */
+
+struct gdrnic_fuzz_range {
+	__u64 va;		/* in: an allocation's start, 64 KiB aligned */
+	__u64 len;		/* in: its length, 64 KiB multiple */
+	__u32 flags;		/* in: GDRNIC_FUZZ_STABLE */
+	__u32 pad;		/* in: 0 */
+};
+
+struct gdrnic_fuzz_args {
+	__u64 seed;		/* in */
+	__u32 ops;		/* in: calls, 1 .. GDRNIC_FUZZ_MAX_OPS */
+	__u32 flags;		/* in: GDRNIC_FUZZ_* */
+	__u32 nranges;		/* in: 1 .. GDRNIC_FUZZ_RANGES */
+	__u32 failures;		/* out: outcomes the documentation does not allow */
+	struct gdrnic_fuzz_range ranges[GDRNIC_FUZZ_RANGES];	/* in */
+	__u32 first_failure_op;	/* out: the op kind of the first failure */
+	__s32 first_failure_errno;	/* out: and what it got */
+	__u64 counts[GDRNIC_FUZZ_OPS][GDRNIC_FUZZ_OUTCOMES];	/* out: calls made */
+};
+
 #define GDRNIC_IOCTL_REG	_IOWR(GDRNIC_IOCTL_MAGIC, 1, struct gdrnic_reg_args)
 #define GDRNIC_IOCTL_DEREG	_IOW(GDRNIC_IOCTL_MAGIC, 2, __u32)
 #define GDRNIC_IOCTL_SEND	_IOW(GDRNIC_IOCTL_MAGIC, 3, struct gdrnic_xfer_args)
 #define GDRNIC_IOCTL_RECV	_IOW(GDRNIC_IOCTL_MAGIC, 4, struct gdrnic_xfer_args)
 #define GDRNIC_IOCTL_REG_DMABUF	_IOWR(GDRNIC_IOCTL_MAGIC, 5, struct gdrnic_dmabuf_args)
+#define GDRNIC_IOCTL_FUZZ	_IOWR(GDRNIC_IOCTL_MAGIC, 6, struct gdrnic_fuzz_args)
 
 #endif /* _UAPI_GDRNIC_H_ */

@@ -30,6 +30,20 @@ fuzz_run() {
 	return $rc
 }
 
+# kapi_fuzz_run CALLS THREADS SEED: nvsim, gdrpeer and the sample NIC, whose
+# GDRNIC_IOCTL_FUZZ calls gdrpeer's kernel API at random, then gdrpeer-test
+# --kapi-fuzz (userspace/gdrpeer-test/src/kapi_fuzz.rs). make check runs a
+# short one in the gdrnic suite (gdrnic-kapi-fuzz-short).
+kapi_fuzz_run() {
+	unload_nv_stack
+	load $GDRPEER/modules/nvsim.ko && load $GDRPEER/modules/gdrpeer.ko invalidate_warn_ms=1000 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load"
+	gdrpeer-test --kapi-fuzz "$@"
+	rc=$?
+	unload_nv_stack
+	return $rc
+}
+
 # bench_run ARGS...: nvsim with its default pin cost, gdrpeer with no region
 # limit (the cache keeps every region the benchmark pins) and the sample NIC
 # (the importer of the dma-buf measurements; invalidate_warn_ms as for the

@@ -10,8 +10,8 @@
 //! This file reads the mode and runs it. The default run's tests are in [`tests`], one file
 //! per subject; the other modes are the sample NIC's tests ([`nic`]) with the dma-buf
 //! export's ([`dmabuf`], the NIC importing), gdrcopy's sanity
-//! scenarios ([`sanity`]), the stress run ([`stress`]), the ioctl fuzzer ([`fuzz`]) and the
-//! demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
+//! scenarios ([`sanity`]), the stress run ([`stress`]), the ioctl fuzzer ([`fuzz`]), the
+//! kernel-API fuzzer ([`kapi_fuzz`], in the NIC's tests and alone) and the demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
 //! [`proc`].
 
 mod demo;
@@ -20,6 +20,7 @@ mod failnth;
 mod fuzz;
 mod gdrdrv_sanity;
 mod helpers;
+mod kapi_fuzz;
 mod nic;
 mod proc;
 mod sanity;
@@ -72,14 +73,15 @@ fn main() -> ExitCode {
         Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
+        Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
         // The sample NIC's tests (gdrnic.ko loaded), gdrpeer's dma-buf export with the NIC
-        // as importer, and the NIC's tests that make lockdep report.
-        Some(mode @ ("--nic" | "--nic-lockdep")) => {
-            let tests = if mode == "--nic" {
-                [nic::TESTS, dmabuf::TESTS].concat()
-            } else {
-                nic::LOCKDEP_TESTS.to_vec()
+        // as importer, and the NIC's tests that make lockdep or DMA-API debugging report.
+        Some(mode @ ("--nic" | "--nic-lockdep" | "--nic-dma-debug")) => {
+            let tests = match mode {
+                "--nic" => [nic::TESTS, dmabuf::TESTS].concat(),
+                "--nic-lockdep" => nic::LOCKDEP_TESTS.to_vec(),
+                _ => nic::DMA_DEBUG_TESTS.to_vec(),
             };
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(harness::run_tests(&tests, &filter, nic::nic_released));

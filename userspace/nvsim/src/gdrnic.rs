@@ -70,11 +70,84 @@ const DEREG: ioctl::Opcode = ioctl::opcode::write::<u32>(MAGIC, 2);
 pub const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
 pub const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
 const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC, 5);
+const FUZZ: ioctl::Opcode = ioctl::opcode::read_write::<FuzzArgs>(MAGIC, 6);
 /// A command gdrnic does not know (number 0 is none of its): its dispatch returns ENOTTY
 /// at once, so the ioctl costs the system call alone.
 const UNKNOWN: ioctl::Opcode = ioctl::opcode::none(MAGIC, 0);
 /// GDRNIC_XFER_MAX.
 pub const XFER_MAX: u64 = 1 << 20;
+
+/// `GDRNIC_FUZZ_RANGES`: the most ranges one FUZZ call takes.
+pub const FUZZ_RANGES: usize = 8;
+/// `GDRNIC_FUZZ_STABLE`: a range not freed during the call.
+pub const FUZZ_STABLE: u32 = 1 << 0;
+/// `GDRNIC_FUZZ_FAULTS`: nvsim may fail get_pages and dma_map_pages with ENOMEM.
+pub const FUZZ_FAULTS: u32 = 1 << 0;
+/// `GDRNIC_FUZZ_SLOW_CALLBACK`: the module's invalidate callbacks sleep 1-8 ms.
+pub const FUZZ_SLOW_CALLBACK: u32 = 1 << 1;
+/// The op kinds of FUZZ, in the order of the module's enum (the rows of
+/// [`FuzzArgs::counts`]).
+pub const FUZZ_OPS: [&str; 22] = [
+    "ctx_create",
+    "ctx_destroy",
+    "pin",
+    "pin_churned",
+    "pin_partial",
+    "pin_bad_length",
+    "pin_not_gpu",
+    "pin_null",
+    "pin_foreign",
+    "unpin",
+    "unpin_during_callback",
+    "unpin_after_callback",
+    "export",
+    "export_bad",
+    "export_null",
+    "export_foreign",
+    "dmabuf_put",
+    "kthread_pin",
+    "kthread_export",
+    "kthread_destroy",
+    "kthread_own_ctx",
+    "callback",
+];
+/// The outcomes of FUZZ's calls (the columns of [`FuzzArgs::counts`]); "other" is an
+/// errno that no call documents.
+pub const FUZZ_OUTCOMES: [&str; 7] = [
+    "ok",
+    "EINVAL",
+    "EACCES",
+    "ENOMEM",
+    "ENXIO",
+    "EOPNOTSUPP",
+    "other",
+];
+
+/// `struct gdrnic_fuzz_range`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct FuzzRange {
+    pub va: u64,
+    pub len: u64,
+    pub flags: u32,
+    pub pad: u32,
+}
+
+/// `struct gdrnic_fuzz_args`: FUZZ's request and its outcomes.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct FuzzArgs {
+    pub seed: u64,
+    pub ops: u32,
+    pub flags: u32,
+    pub nranges: u32,
+    pub failures: u32,
+    pub ranges: [FuzzRange; FUZZ_RANGES],
+    pub first_failure_op: u32,
+    pub first_failure_errno: i32,
+    /// Calls made, by op kind ([`FUZZ_OPS`]) and outcome ([`FUZZ_OUTCOMES`]).
+    pub counts: [[u64; 8]; 24],
+}
 
 /// A registration of GPU memory with the NIC.
 #[derive(Debug, Clone)]
@@ -174,6 +247,13 @@ impl Nic {
             Ok(()) => Err(Errno::INVAL),
             Err(e) => Err(e),
         }
+    }
+
+    /// FUZZ: the module makes `a.ops` random kernel-API calls and checks each outcome
+    /// against the documentation; `a` gets the counts and failures.
+    pub fn fuzz(&self, a: &mut FuzzArgs) -> Result<(), Errno> {
+        // SAFETY: FUZZ reads and writes one `FuzzArgs`, which holds no pointers.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<FUZZ, FuzzArgs>::new(a)) }
     }
 
     pub fn dereg(&self, handle: u32) -> Result<(), Errno> {
