@@ -622,6 +622,16 @@ impl Context {
     /// which hold the region themselves). Give it back with [`Context::unhold`]. Closing the
     /// context releases the region like any other; the reference keeps only its memory.
     pub(crate) fn hold(self: &Arc<Self>, range: GpuRange) -> Result<Arc<Region>> {
+        self.hold_and(range, |_, _| {})
+    }
+
+    /// A callback pin of `range` from the cache or pinned now, with a reference taken, and
+    /// `note` run on its region under the lock before the cache is trimmed.
+    fn hold_and(
+        self: &Arc<Self>,
+        range: GpuRange,
+        note: impl FnOnce(&mut Inner, &Arc<Region>),
+    ) -> Result<Arc<Region>> {
         let mut inner = self.inner.lock();
         let region = self.acquire(
             &mut inner,
@@ -630,6 +640,7 @@ impl Context {
             Sharing::Cached,
             Tokens::default(),
         )?;
+        note(&mut inner, &region);
         inner.trim(&params::limits());
         Ok(region)
     }
@@ -676,16 +687,9 @@ impl Context {
         self: &Arc<Self>,
         range: GpuRange,
     ) -> Result<(Arc<Region>, GpuRange)> {
-        let mut inner = self.inner.lock();
-        let region = self.acquire(
-            &mut inner,
-            range,
-            PinKind::Callback,
-            Sharing::Cached,
-            Tokens::default(),
-        )?;
-        region.book.access_mut(&mut inner).exports += 1;
-        inner.trim(&params::limits());
+        let region = self.hold_and(range, |inner, region| {
+            region.book.access_mut(inner).exports += 1;
+        })?;
         Ok((region, range))
     }
 
