@@ -267,11 +267,7 @@ impl WorkItem for Region {
         inner.settle(&this);
         inner.stats.callbacks += 1;
         GLOBAL.callbacks.add(1, Relaxed);
-        let book = this.book.access_mut(&mut inner);
-        if book.deferred {
-            book.deferred = false;
-            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
-        }
+        inner.undefer(&this);
     }
 }
 
@@ -1142,11 +1138,24 @@ impl Inner {
             .fetch_sub(Region::memory(region.pinned.range().page_count()), Relaxed);
     }
 
+    /// A region left for NVIDIA's callback ([`Inner::release`]) is no longer waiting for it.
+    fn undefer(&mut self, region: &Region) {
+        let book = region.book.access_mut(self);
+        if core::mem::replace(&mut book.deferred, false) {
+            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
+        }
+    }
+
     /// Gives a region's pages back to NVIDIA, or leaves them to its callback when this is not
     /// the pinning process. Idempotent.
     fn release(&mut self, region: &Arc<Region>) {
         match Pinned::unpin(region) {
-            Unpinned::Released | Unpinned::Revoked => self.settle(region),
+            Unpinned::Released | Unpinned::Revoked => {
+                self.settle(region);
+                // Left for the callback by a close elsewhere, and given back since by its
+                // owner (a kernel-API registration's unpin after its context was destroyed).
+                self.undefer(region);
+            }
             Unpinned::LeftForCallback => {
                 let book = region.book.access_mut(self);
                 if !core::mem::replace(&mut book.deferred, true) {
