@@ -944,6 +944,7 @@ mod tests {
             include_str!("../../../Documentation/perf/bench.json"),
             include_str!("../../../Documentation/perf/bench-mapping.json"),
             include_str!("../../../Documentation/perf/bench-dmabuf.json"),
+            include_str!("../../../Documentation/perf/bench-2787d1b.json"),
         ] {
             let r: Report = serde_json::from_str(text).unwrap();
             assert!(r.table().contains("targets (issue 21"));
