@@ -3,7 +3,8 @@
 # with perf's cpu-clock (QEMU's TCG has no PMU), in user space and in the
 # kernel, while it repeats a PIN hit and its UNPIN, then the null ioctl for
 # comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
-# through nvsim), and prints the symbols above 0.5% of the samples. Arguments
+# through nvsim), then cuMemFree of a pinned buffer (NVIDIA's free callback)
+# and of one nobody pinned, and prints the symbols above 0.5% of the samples. Arguments
 # (tests/vm/run ... profile ARGS): repetitions of each loop, 200000 by
 # default.
 
@@ -37,6 +38,8 @@ profile() {
 	reps=$(cat $GDRPEER/plan.args)
 	reps=${reps:-200000}
 	export HOME=/tmp
+	# Whole-page CUDA allocations, as make bench makes them (lib-load.sh).
+	export LIBCUDA_SIM_SUBALLOC=0
 	# perf takes the modules' symbols from /proc/kallsyms.
 	echo 0 >/proc/sys/kernel/kptr_restrict
 	unload_nv_stack
@@ -44,7 +47,8 @@ profile() {
 		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
 	# A miss sleeps in nvsim's pin cost (samples count only time on a CPU).
 	profile_loop hit "$reps" && profile_loop null "$reps" &&
-		profile_loop miss $((reps / 50))
+		profile_loop miss $((reps / 50)) &&
+		profile_loop inval $((reps / 50)) && profile_loop free $((reps / 50))
 	rc=$?
 	unload_nv_stack
 	return $rc

@@ -18,6 +18,10 @@ pub enum LoopOp {
     Hit,
     /// PIN of 64 KiB with GDRPEER_PIN_NOCACHE (NVIDIA's pin) and its UNPIN (NVIDIA's unpin).
     Miss,
+    /// cuMemAlloc of 64 KiB, PIN, UNPIN (cached) and cuMemFree: NVIDIA's free callback.
+    Inval,
+    /// cuMemAlloc of 64 KiB and cuMemFree, nothing pinned: what Inval adds gdrpeer to.
+    Free,
 }
 
 /// Runs `op` `reps` times after a warm-up.
@@ -27,6 +31,14 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     let buf = c(cuda.mem_alloc(K64 as usize))?;
     let once = || -> Result<(), String> {
         match op {
+            LoopOp::Inval | LoopOp::Free => {
+                let b = c(cuda.mem_alloc(K64 as usize))?;
+                if let LoopOp::Inval = op {
+                    let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
+                    g(dev.unpin(p.handle), "unpin")?;
+                }
+                c(cuda.mem_free(b))
+            }
             LoopOp::Null => g(dev.get_version(), "version").map(drop),
             LoopOp::Hit | LoopOp::Miss => {
                 let flags = match op {
