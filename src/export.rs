@@ -25,13 +25,12 @@ use kernel::{
     bindings, new_condvar, new_spinlock, pci,
     prelude::*,
     sync::{aref::ARef, Arc, CondVar, SpinLock},
-    time::{Instant, Monotonic},
 };
 
 use crate::{
     cache::{Context, Notifier, Region},
     dma_buf::{self, Attach, Exported, Exporter, Segment},
-    kapi, params,
+    kapi,
     range::GpuRange,
     sys,
 };
@@ -67,8 +66,7 @@ struct Revoke(Arc<ExportState>);
 
 impl Notifier for Revoke {
     fn notify(&self) {
-        let start = Instant::<Monotonic>::now();
-        kapi::as_invalidate(|| {
+        kapi::as_invalidate("dma-buf importers", || {
             let dmabuf = {
                 let mut s = self.0.state.lock();
                 s.revoked = true;
@@ -87,15 +85,6 @@ impl Notifier for Revoke {
                 self.0.unmapped.wait(&mut s);
             }
         });
-        let took = start.elapsed();
-        let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
-        if took.as_millis() > limit {
-            pr_warn!(
-                "dma-buf importers took {} ms to stop (invalidate_warn_ms {})\n",
-                took.as_millis(),
-                limit
-            );
-        }
     }
 }
 

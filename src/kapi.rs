@@ -52,35 +52,37 @@ unsafe impl Send for Invalidate {}
 unsafe impl Sync for Invalidate {}
 
 /// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
-/// lockdep class that stands for NVIDIA's lock (src/exports.c).
-pub(crate) fn as_invalidate<R>(f: impl FnOnce() -> R) -> R {
+/// lockdep class that stands for NVIDIA's lock (src/exports.c), and reports it as `what` in
+/// the kernel log when it takes longer than `invalidate_warn_ms`.
+pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    let start = Instant::<Monotonic>::now();
     // SAFETY: plain C functions without preconditions.
     unsafe { bindings::gdrpeer_invalidate_begin() };
     let r = f();
     // SAFETY: as above.
     unsafe { bindings::gdrpeer_invalidate_end() };
+    let took = start.elapsed();
+    // The limit is a module parameter (`invalidate_warn_ms`).
+    let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
+    if took.as_millis() > limit {
+        pr_warn!(
+            "{} took {} ms (invalidate_warn_ms {})\n",
+            what,
+            took.as_millis(),
+            limit
+        );
+    }
     r
 }
 
 impl Notifier for Invalidate {
     /// Calls it, under the lockdep class that stands for NVIDIA's lock, warning if it is slow.
     fn notify(&self) {
-        let start = Instant::<Monotonic>::now();
-        as_invalidate(|| {
+        as_invalidate("a peer driver's invalidate callback", || {
             // SAFETY: the peer driver registered `f` with `data` and promised both stay valid
             // until gdrpeer_mr_unpin returns, which waits for this call.
             unsafe { (self.f)(self.data) }
         });
-        let took = start.elapsed();
-        // The limit is a module parameter (`invalidate_warn_ms`).
-        let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
-        if took.as_millis() > limit {
-            pr_warn!(
-                "a peer driver's invalidate callback took {} ms (invalidate_warn_ms {})\n",
-                took.as_millis(),
-                limit
-            );
-        }
     }
 }
 
