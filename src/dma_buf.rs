@@ -11,7 +11,7 @@
 //! - `map_dma_buf` hands out an `sg_table` of the DMA segments [`Exporter::map`] gives, with
 //!   no page behind any entry (`sg_page()` is NULL: an importer that reads it oopses at once,
 //!   and the core's `CONFIG_DMABUF_DEBUG` wrapper checks the same);
-//! - [`Revoker`] tells every importer of a dma-buf to stop (`dma_buf_invalidate_mappings`
+//! - [`revoke`] tells every importer of a dma-buf to stop (`dma_buf_invalidate_mappings`
 //!   under the reservation lock) and waits for their fences.
 //!
 //! The core calls `attach` and `detach` without the reservation lock, and `map_dma_buf` and
@@ -59,10 +59,16 @@ pub(crate) trait Exporter: Send + Sync + Sized + 'static {
     fn attach(&self, attach: &Attach<'_>) -> Result<Self::Attachment>;
 
     /// The DMA segments of the whole buffer for an attachment, in order. Called under the
-    /// reservation lock.
+    /// reservation lock. The importer has a mapping only once [`Exporter::mapped`] is called:
+    /// making its table may still fail.
     fn map(&self, attachment: &Self::Attachment) -> Result<KVVec<Segment>>;
 
-    /// A mapping that `map` made was given back. Called under the reservation lock.
+    /// The table of the segments `map` gave was made and goes to the importer, which gives it
+    /// back with `unmap_dma_buf` ([`Exporter::unmapped`]). Called under the reservation lock,
+    /// in the same call as `map`.
+    fn mapped(&self, attachment: &Self::Attachment);
+
+    /// A mapping that `mapped` announced was given back. Called under the reservation lock.
     fn unmapped(&self, attachment: &Self::Attachment);
 }
 
@@ -75,7 +81,7 @@ pub(crate) trait Exporter: Send + Sync + Sized + 'static {
 pub(crate) struct Exported(NonNull<bindings::dma_buf>);
 
 impl Exported {
-    /// The dma-buf, for a [`Revoker`].
+    /// The dma-buf, for [`revoke`].
     pub(crate) fn as_ptr(&self) -> *mut bindings::dma_buf {
         self.0.as_ptr()
     }
@@ -254,10 +260,18 @@ impl<E: Exporter> Ops<E> {
                 &*(*attach).priv_.cast::<E::Attachment>(),
             )
         };
-        let made = exporter
+        match exporter
             .map(attachment)
-            .and_then(|segments| sg_table(&segments));
-        made.unwrap_or_else(|e| e.to_ptr())
+            .and_then(|segments| sg_table(&segments))
+        {
+            Ok(sgt) => {
+                // From here the core gives the table back with `unmap_dma_buf`, also when
+                // its own steps after this call fail.
+                exporter.mapped(attachment);
+                sgt
+            }
+            Err(e) => e.to_ptr(),
+        }
     }
 
     /// # Safety

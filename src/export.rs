@@ -197,12 +197,14 @@ impl Exporter for Export {
             return Err(ENXIO);
         }
         let addrs = self.region.window_addresses(&self.window, Some(peer))?;
-        let segments = segments(&addrs)?;
-        let mut s = self.shared.state.lock();
-        // Revoked since the check: the revocation's invalidation, which waits for the
-        // reservation lock we hold, will reach this mapping; it is counted like any other.
-        s.mapped += 1;
-        Ok(segments)
+        segments(&addrs)
+    }
+
+    fn mapped(&self, _peer: &ARef<pci::Device>) {
+        // Revoked since `map`'s check: the revocation's invalidation, which waits for the
+        // reservation lock held around both, will reach this mapping; it is counted like any
+        // other.
+        self.shared.state.lock().mapped += 1;
     }
 
     fn unmapped(&self, _peer: &ARef<pci::Device>) {
