@@ -123,7 +123,7 @@ impl MiscDevice for GdrpeerFile {
     /// Maps a handle's window: the offset is `GDRPEER_MMAP_OFFSET(handle, off)`; cached
     /// where NVIDIA's table allows it.
     fn mmap(me: &GdrpeerFile, file: &File, vma: &VmaNew) -> Result {
-        CpuMap::install(&me.open.ctx, file, vma, true)
+        CpuMap::install(&me.open.ctx, file, vma, true).map(|_| ())
     }
 
     /// Reads the file's invalidation events.

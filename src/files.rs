@@ -29,7 +29,7 @@ use crate::{
     range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
     sys::ModuleRef,
     uapi,
-    vma::{self, Caching, Fault, FaultResult, PfnMapper},
+    vma::{self, Caching, Fault, FaultResult, PfnMapper, WcReservation},
 };
 
 /// An open file's reference on the module, put from gdrpeer's workqueue once the file is
@@ -134,13 +134,22 @@ pub(crate) struct CpuMap {
     mappings: Arc<Mappings>,
     /// The [`Zap`] registered on the region.
     notifier: u64,
+    /// Write-combining reserved for the window's pages, for a write-combining mapping.
+    _wc: Option<WcReservation>,
 }
 
 impl CpuMap {
     /// Checks the mapping a new `vma` asks for and installs it: cached if `allow_cached` and
     /// NVIDIA's table says the CPU may cache the pages ([`mapping_caching`]), write-combining
     /// otherwise.
-    pub(crate) fn install(ctx: &Context, file: &File, vma: &VmaNew, allow_cached: bool) -> Result {
+    ///
+    /// Returns the caching the mapping got.
+    pub(crate) fn install(
+        ctx: &Context,
+        file: &File,
+        vma: &VmaNew,
+        allow_cached: bool,
+    ) -> Result<Caching> {
         if !ctx.is_owner() {
             return Err(EACCES);
         }
@@ -165,17 +174,24 @@ impl CpuMap {
         };
         // -ENXIO once the memory was freed.
         let notifier = region.add_notifier(KBox::new(zap, GFP_KERNEL)?)?;
-        let map = CpuMap {
+        let mut map = CpuMap {
             region,
             window,
             base,
             mappings: mappings.dismiss(),
             notifier,
+            _wc: None,
         };
+        // Dropping `map` on failure undoes what it holds.
         let caching = mapping_caching(&map.region, allow_cached);
-        // Dropping `map` on failure undoes both.
+        if caching == Caching::WriteCombining {
+            // The whole window, as the vma may be moved or split over it. Held until the
+            // mapping goes, also past a revocation, as a mapping made at once would hold it.
+            let pages = map.region.window_addresses(&map.window, None)?;
+            map._wc = Some(WcReservation::new(&pages, GPU_PAGE_SIZE)?);
+        }
         vma::install(vma, caching, Arc::new(map, GFP_KERNEL)?);
-        Ok(())
+        Ok(caching)
     }
 }
 
@@ -199,7 +215,10 @@ impl PfnMapper for CpuMap {
         // -ENXIO: revoked (or released, which cannot happen while the handle lives).
         let result = pinned
             .with_bus_address(gpu_page, |bus| {
-                fault.insert_pfn((bus + within) >> PAGE_SHIFT)
+                // SAFETY: a BAR page of the pinned table, which the callback does not free
+                // before the zap of every mapping of the window ([`Zap`]), nor put_pages
+                // before the unpin's zap ([`unmap_handle`]).
+                unsafe { fault.insert_pfn((bus + within) >> PAGE_SHIFT) }
             })
             .unwrap_or(FaultResult::SIGBUS);
         self.mappings.leave();

@@ -39,6 +39,7 @@ use crate::{
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
     sys, uapi,
+    vma::Caching,
 };
 
 #[allow(
@@ -193,6 +194,8 @@ impl Gdrdrv {
 struct Extra {
     /// The mapping type REQ_MAPPING_TYPE asked for (`GDRDRV_MAPPING_TYPE_*`).
     mapping_type: u32,
+    /// The type the last mmap got, which GET_INFO(_V2) report while a mapping lives.
+    mapped_type: u32,
     /// How long the pin took, in nanoseconds.
     pin_ns: u64,
 }
@@ -239,7 +242,14 @@ impl MiscDevice for GdrdrvFile {
             .lock()
             .get(&handle)
             .is_some_and(|x| x.mapping_type == abi::GDRDRV_MAPPING_TYPE_CACHING);
-        CpuMap::install(&me.open.ctx, file, vma, cached)
+        let caching = CpuMap::install(&me.open.ctx, file, vma, cached)?;
+        if let Some(x) = me.extra.lock().get_mut(&handle) {
+            x.mapped_type = match caching {
+                Caching::Cached => abi::GDRDRV_MAPPING_TYPE_CACHING,
+                Caching::WriteCombining => abi::GDRDRV_MAPPING_TYPE_WC,
+            };
+        }
+        Ok(())
     }
 
     /// Reads the file's invalidation events, with gdrdrv handles.
@@ -363,6 +373,7 @@ impl GdrdrvFile {
                 info.handle,
                 Extra {
                     mapping_type: abi::GDRDRV_MAPPING_TYPE_WC,
+                    mapped_type: abi::GDRDRV_MAPPING_TYPE_NONE,
                     pin_ns,
                 },
                 GFP_KERNEL,
@@ -384,27 +395,21 @@ impl GdrdrvFile {
         Ok(())
     }
 
-    /// GET_INFO(_V2): the window, the pin time and the mapping type.
+    /// GET_INFO(_V2): the window, the pin time and the mapping type: NONE while the handle
+    /// has no mapping, else the type its last mmap got (as gdrdrv, whose `mapped` libgdrapi
+    /// derives from it).
     fn info(&self, handle: u64) -> Result<(GpuRange, u64, u32)> {
         let h = from_gdrdrv(handle)?;
         let info = self.open.ctx.info(h)?;
-        let (pin_ns, requested) = {
-            let extra = self.extra.lock();
-            let x = extra.get(&h).ok_or(EINVAL)?;
-            (x.pin_ns, x.mapping_type)
+        let mapped = self.open.ctx.is_mapped(h)?;
+        let extra = self.extra.lock();
+        let x = extra.get(&h).ok_or(EINVAL)?;
+        let ty = if mapped {
+            x.mapped_type
+        } else {
+            abi::GDRDRV_MAPPING_TYPE_NONE
         };
-        let ty = match requested {
-            abi::GDRDRV_MAPPING_TYPE_CACHING
-                if self
-                    .open
-                    .ctx
-                    .with_handle(h, |region, _| Ok(region.pinned().cpu_cacheable()))? =>
-            {
-                abi::GDRDRV_MAPPING_TYPE_CACHING
-            }
-            _ => abi::GDRDRV_MAPPING_TYPE_WC,
-        };
-        Ok((info.window, pin_ns, ty))
+        Ok((info.window, x.pin_ns, ty))
     }
 
     /// REQ_MAPPING_TYPE: the type the next mmap of the handle gets. WC and CACHING are

@@ -5,8 +5,10 @@
  * inlines or macros on some architectures (arm64), the fault's vma, pgoff and
  * address sit in an anonymous const struct of struct vm_fault whose generated
  * Rust name depends on the layout, and sg_dma_len() names a field that exists
- * only with CONFIG_NEED_SG_DMA_LENGTH.
+ * only with CONFIG_NEED_SG_DMA_LENGTH, and arch_io_reserve_memtype_wc() is a
+ * static inline where the architecture keeps no memory types.
  */
+#include <linux/io.h>
 #include <linux/mm.h>
 #include <linux/scatterlist.h>
 
@@ -35,6 +37,16 @@ vm_fault_t gdrpeer_vmf_insert_pfn(struct vm_fault *vmf, unsigned long pfn)
 {
 	return vmf_insert_pfn_prot(vmf->vma, vmf->address, pfn,
 				   vmf->vma->vm_page_prot);
+}
+
+int gdrpeer_io_reserve_wc(phys_addr_t phys, u64 size)
+{
+	return arch_io_reserve_memtype_wc(phys, size);
+}
+
+void gdrpeer_io_free_wc(phys_addr_t phys, u64 size)
+{
+	arch_io_free_memtype_wc(phys, size);
 }
 
 void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int len)

@@ -8,6 +8,7 @@
 
 #include <linux/mm_types.h>
 #include <linux/scatterlist.h>
+#include <linux/types.h>
 
 /*
  * VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY, write-combining
@@ -18,6 +19,16 @@ struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf);
 unsigned long gdrpeer_vmf_pgoff(struct vm_fault *vmf);
 /* vmf_insert_pfn_prot() at the fault's address with the vma's protection. */
 vm_fault_t gdrpeer_vmf_insert_pfn(struct vm_fault *vmf, unsigned long pfn);
+
+/*
+ * Reserves write-combining as the CPU memory type of the device memory
+ * [phys, phys + size) (arch_io_reserve_memtype_wc()), freed by
+ * gdrpeer_io_free_wc(). On x86 with PAT, vmf_insert_pfn_prot() gives a PFN the
+ * type reserved for it, and uncached-minus where none is. 0 on architectures
+ * that keep no memory types.
+ */
+int gdrpeer_io_reserve_wc(phys_addr_t phys, u64 size);
+void gdrpeer_io_free_wc(phys_addr_t phys, u64 size);
 
 /*
  * A DMA-only scatterlist entry, as dma-buf exporters of memory without struct

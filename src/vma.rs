@@ -12,6 +12,8 @@
 //!   reference to (`vm_private_data`; `open` takes one for each split or moved copy, `close`
 //!   drops it, so the mapper goes with the last vma of the mapping);
 //! - [`Fault`] is one page fault: its page offset in the file, and [`Fault::insert_pfn`];
+//! - [`WcReservation`] reserves write-combining as the memory type of the pages a
+//!   write-combining mapping will insert (x86's PAT would make them uncached otherwise);
 //! - [`unmap_file_pages`] zaps every user mapping of a file's page range, in every process
 //!   (`unmap_mapping_pages`: the file's `i_mmap_rwsem`, never `mmap_lock`).
 //!
@@ -25,9 +27,11 @@
 use core::marker::PhantomData;
 use kernel::{
     bindings,
+    error::to_result,
     ffi::c_void,
     fs::File,
     mm::virt::VmaNew,
+    prelude::*,
     sync::{Arc, ArcBorrow},
 };
 
@@ -70,9 +74,15 @@ impl Fault<'_> {
 
     /// Maps the faulting address to page frame `pfn` with the vma's protection
     /// ([`Caching`]), `vmf_insert_pfn_prot`.
-    pub(crate) fn insert_pfn(&self, pfn: u64) -> FaultResult {
+    ///
+    /// # Safety
+    ///
+    /// `pfn` is a frame of device memory (no `struct page`) that the mapper may give this
+    /// process, and the mapper zaps the entry ([`unmap_file_pages`]) before the frame goes
+    /// back to its owner.
+    pub(crate) unsafe fn insert_pfn(&self, pfn: u64) -> FaultResult {
         // SAFETY: `vmf` is a live fault (type invariant) on a `VM_PFNMAP` vma (`install`); the
-        // caller answers for what the frame is, as the mapper's contract says.
+        // caller answers for the frame (the function's contract).
         FaultResult(unsafe { helpers::gdrpeer_vmf_insert_pfn(self.vmf, pfn as usize) })
     }
 }
@@ -166,6 +176,55 @@ pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, caching: Caching, mapper: Arc<
         helpers::gdrpeer_vma_set_pfnmap(vma, caching == Caching::WriteCombining);
         (*vma).vm_ops = &Ops::<T>::OPS;
         (*vma).vm_private_data = Arc::into_raw(mapper).cast_mut().cast::<c_void>();
+    }
+}
+
+/// Write-combining reserved as the CPU memory type of device memory pages, for as long as
+/// this lives (`arch_io_reserve_memtype_wc`), as `io_remap_pfn_range` reserves it for a
+/// mapping made at once. On x86 with PAT a page inserted at fault takes the memory type
+/// reserved for its frame, uncached-minus where none is: without this a write-combining
+/// mapping of BAR pages would be uncached. Where memory types are not tracked it holds
+/// nothing.
+///
+/// # Invariants
+///
+/// Each of `runs` (physical address, length) was reserved by this and is freed once, on drop.
+pub(crate) struct WcReservation {
+    runs: KVVec<(u64, u64)>,
+}
+
+impl WcReservation {
+    /// Reserves write-combining for the pages of `page_size` bytes at the physical
+    /// addresses `pages`, contiguous runs at once. -EBUSY where a memory type that
+    /// write-combining cannot share (write-back) is reserved for one of them.
+    pub(crate) fn new(pages: &[u64], page_size: u64) -> Result<Self> {
+        let mut runs = KVVec::<(u64, u64)>::new();
+        for &page in pages {
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == page => *len += page_size,
+                _ => runs.push((page, page_size), GFP_KERNEL)?,
+            }
+        }
+        // INVARIANT: grows only by runs reserved below; a failure frees them on drop.
+        let mut this = WcReservation {
+            runs: KVVec::with_capacity(runs.len(), GFP_KERNEL)?,
+        };
+        for &(start, len) in runs.iter() {
+            // SAFETY: any physical range may be asked for; the reservation is ours.
+            to_result(unsafe { helpers::gdrpeer_io_reserve_wc(start, len) })?;
+            // The capacity is reserved: this does not allocate, so cannot fail.
+            this.runs.push((start, len), GFP_NOWAIT)?;
+        }
+        Ok(this)
+    }
+}
+
+impl Drop for WcReservation {
+    fn drop(&mut self) {
+        for &(start, len) in self.runs.iter() {
+            // SAFETY: reserved by `new` and freed once (type invariant).
+            unsafe { helpers::gdrpeer_io_free_wc(start, len) };
+        }
     }
 }
 

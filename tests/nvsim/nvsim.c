@@ -48,6 +48,7 @@
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
 #include <linux/uaccess.h>
+#include <linux/vmalloc.h>
 #include <linux/workqueue.h>
 #include <nv-p2p.h>
 
@@ -822,6 +823,7 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 			      bool persistent, bool force_bar1)
 {
 	bool bar1 = !coherent || force_bar1;
+	unsigned long cost_us;
 	struct nvsim_space *s;
 	struct nvsim_alloc *a;
 	struct nvsim_pin *pin;
@@ -868,8 +870,15 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 		kfree(pin);
 		goto out;
 	}
-	/* Pinning is expensive in the real driver; so it is here, under the lock. */
-	fsleep(pin_cost_us + (unsigned long)pin_cost_per_page_us * count);
+	/*
+	 * Pinning is expensive in the real driver; so it is here, under the lock.
+	 * An hrtimer sleep, never shorter than asked: fsleep() of 20 ms and more
+	 * is msleep(), which counts jiffies from a value that may lag the clock
+	 * get_pages_ns is read from.
+	 */
+	cost_us = pin_cost_us + (unsigned long)pin_cost_per_page_us * count;
+	if (cost_us)
+		usleep_range(cost_us, cost_us + cost_us / 4);
 
 	pin->alloc = a;
 	pin->first = first;
@@ -2037,6 +2046,40 @@ static void nvsim_debugfs_init(void)
 
 /* --- the simulated GPU: QEMU's ivshmem-plain ------------------------------- */
 
+static void nvsim_unmap_bar(void *va)
+{
+	vunmap(va);
+}
+
+/*
+ * nvsim's own mapping of the BAR, for poisoning and checking freed pages.
+ * NVIDIA's driver reserves no CPU memory type for the BAR1 pages it hands out
+ * through nv-p2p, so nvsim maps them without one where it can (vmap_pfn()):
+ * a peer's write-combining mapping then gets the type the peer reserves (x86
+ * PAT). ioremap() would reserve uncached-minus for the whole BAR, and every
+ * later mapping of its pages would inherit it.
+ */
+static void __iomem *nvsim_map_bar(struct pci_dev *pdev, resource_size_t len)
+{
+	unsigned long first = pci_resource_start(pdev, NVSIM_BAR) >> PAGE_SHIFT;
+	unsigned long i, n = len >> PAGE_SHIFT;
+	unsigned long *pfns;
+	void *va;
+
+	if (!IS_ENABLED(CONFIG_VMAP_PFN))
+		return devm_ioremap(&pdev->dev, pci_resource_start(pdev, NVSIM_BAR), len);
+	pfns = kvmalloc_array(n, sizeof(*pfns), GFP_KERNEL);
+	if (!pfns)
+		return NULL;
+	for (i = 0; i < n; i++)
+		pfns[i] = first + i;
+	va = vmap_pfn(pfns, n, pgprot_noncached(PAGE_KERNEL));
+	kvfree(pfns);
+	if (!va || devm_add_action_or_reset(&pdev->dev, nvsim_unmap_bar, va))
+		return NULL;
+	return (void __force __iomem *)va;
+}
+
 static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	resource_size_t len = pci_resource_len(pdev, NVSIM_BAR);
@@ -2056,7 +2099,7 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
 	if (ret)
 		return ret;
-	bar = devm_ioremap(&pdev->dev, pci_resource_start(pdev, NVSIM_BAR), len);
+	bar = nvsim_map_bar(pdev, len);
 	if (!bar)
 		return -ENOMEM;
 

@@ -231,6 +231,7 @@ run_plan() {
 	kunit_results gdrpeer_range
 	kunit_results gdrpeer_cache
 	kunit_results gdrpeer_gate
+	kunit_results gdrpeer_export
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
 	t gdrpeer-get-version test_get_version
 	t cli-gdrdrv-info test_cli_gdrdrv_info

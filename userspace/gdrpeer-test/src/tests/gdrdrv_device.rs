@@ -134,7 +134,7 @@ fn gdrdrv_pin_map_unpin() -> TestResult {
     };
     ioctl(&fd, GET_INFO_V2, &mut i).map_err(errno)?;
     check_eq!((i.va, i.mapped_size, i.page_size), (va, K64, 65536), "info");
-    check_eq!(i.mapping_type, 1, "mapping type (WC)");
+    check_eq!(i.mapping_type, 0, "mapping type before mmap (NONE)");
     check!(i.tsc_khz != 0, "tsc_khz");
 
     // SAFETY: a new shared mapping of the pin, unmapped below.
@@ -157,6 +157,8 @@ fn gdrdrv_pin_map_unpin() -> TestResult {
         data,
         "GPU memory written through the mapping"
     );
+    ioctl(&fd, GET_INFO_V2, &mut i).map_err(errno)?;
+    check_eq!(i.mapping_type, 1, "mapping type while mapped (WC)");
     let mut u = Handle { handle: h };
     ioctl(&fd, UNPIN_BUFFER, &mut u).map_err(|e| format!("UNPIN while mapped: {e}"))?;
     // SAFETY: our mapping; its pages are zapped, unmapping is fine.

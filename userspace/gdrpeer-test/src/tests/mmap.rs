@@ -10,7 +10,7 @@
 use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
 use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait, wait_status};
 use gdrpeer::{uapi, PinFlags, PinState};
-use nvsim::testing::{debugfs, errno, Test, TestResult};
+use nvsim::testing::{debugfs, errno, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsFd, BorrowedFd},
@@ -580,6 +580,81 @@ fn mmap_sub_page_buffer() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
+/// x86's list of reserved memory types (PAT), absent where the kernel keeps none.
+const PAT_MEMTYPES: &str = "/sys/kernel/debug/x86/pat_memtype_list";
+
+/// The memory types reserved over `[page, page + K64)`: each entry of [`PAT_MEMTYPES`]
+/// (`PAT: [mem 0xSTART-0xEND] TYPE`, END exclusive) that overlaps it, with whether it covers
+/// the whole page.
+fn memtypes_over(list: &str, page: u64) -> Vec<(String, bool)> {
+    list.lines()
+        .filter_map(|l| {
+            let (range, ty) = l.strip_prefix("PAT: [mem ")?.split_once("] ")?;
+            let (start, end) = range.split_once('-')?;
+            let start = u64::from_str_radix(start.trim_start_matches("0x"), 16).ok()?;
+            let end = u64::from_str_radix(end.trim_start_matches("0x"), 16).ok()?;
+            (start < page + K64 && end > page)
+                .then(|| (ty.to_string(), start <= page && end >= page + K64))
+        })
+        .collect()
+}
+
+/// A write-combining mapping is write-combining: x86's PAT gives a page inserted at fault
+/// the memory type reserved for its frame, and uncached-minus where none is, so the mapping
+/// must reserve write-combining for its pages (as a mapping made at once does) and give it
+/// back when it goes. nvsim, like NVIDIA's driver, reserves none for the BAR.
+fn mmap_write_combining_reserved_for_its_pages() -> TestResult {
+    let Ok(_) = std::fs::metadata(PAT_MEMTYPES) else {
+        return Err(format!(
+            "{SKIP}no {PAT_MEMTYPES}: the kernel keeps no memory types (no PAT)"
+        ));
+    };
+    let read_list = || std::fs::read_to_string(PAT_MEMTYPES).map_err(|e| e.to_string());
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(3 * K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, 3 * K64, PinFlags::empty()), "pin")?;
+    let pages = ok(d.get_pages(p.handle), "GET_PAGES")?;
+    let list = read_list()?;
+    for &page in &pages {
+        let types = memtypes_over(&list, page);
+        check!(
+            types.is_empty(),
+            "page {page:#x} has memory types {types:?} before any mapping"
+        );
+    }
+    let m = ok(d.map(p.handle, 0, 3 * K64 as usize), "map")?;
+    // Fault every page in.
+    let data = pattern(9, 3 * K64 as usize);
+    m.write(0, &data);
+    let list = read_list()?;
+    for &page in &pages {
+        let types = memtypes_over(&list, page);
+        check!(
+            types
+                .iter()
+                .any(|(ty, whole)| ty == "write-combining" && *whole)
+                && types.iter().all(|(ty, _)| ty == "write-combining"),
+            "page {page:#x} of a write-combining mapping has memory types {types:?}"
+        );
+    }
+    check_eq!(
+        gpu.read(va, data.len()).map_err(errno)?,
+        data,
+        "GPU memory after writes through the mapping"
+    );
+    drop(m);
+    let list = read_list()?;
+    for &page in &pages {
+        let types = memtypes_over(&list, page);
+        check!(
+            types.is_empty(),
+            "page {page:#x} still has memory types {types:?} after munmap"
+        );
+    }
+    ok(d.unpin(p.handle), "unpin")
+}
+
 /// This subject's tests, in the order they run.
 pub const TESTS: &[Test] = &[
     (
@@ -624,4 +699,8 @@ pub const TESTS: &[Test] = &[
     ),
     ("gdrpeer-mmap-mremap-grow-refused", mmap_mremap_grow_refused),
     ("gdrpeer-mmap-sub-page-buffer", mmap_sub_page_buffer),
+    (
+        "gdrpeer-mmap-write-combining-reserved-for-its-pages",
+        mmap_write_combining_reserved_for_its_pages,
+    ),
 ];
