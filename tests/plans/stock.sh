@@ -45,6 +45,7 @@ run_plan() {
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
+	GDRPEER_FILTER=gdrdrv-mapping-type GDRPEER_SUFFIX=-coherent$S gdrpeer_suite coherent=1
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000$S gdrnic_suite page_table_version=0x00030000
 	CUDA_SUFFIX=$S cuda_suite
