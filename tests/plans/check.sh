@@ -108,6 +108,20 @@ test_bench_short() {
 	[ $rc -eq 0 ] || fail "gdrpeer-bench run: status $rc"
 	grep -q 'hit at 64 regions vs 16' /tmp/bench.out || fail "no ratios printed"
 	grep -q '^dma-buf hit: export' /tmp/bench.out || fail "no dma-buf measurements (gdrnic loaded)"
+	# The mappings' rows: map latency, CPU copies through a mapping (latency and
+	# bandwidth, 1 B to 4 MiB), gdrdrv pin + map + unpin cached vs NOCACHE.
+	grep -q '^mmap + touch each page + munmap (64 KiB) ' /tmp/bench.out || fail "no map latency"
+	grep -qE '^ +bytes +write us +write MB/s +read us +read MB/s$' /tmp/bench.out ||
+		fail "no copy table"
+	for n in 1 4194304; do
+		grep -qE "^ +$n( +[0-9]+\.?[0-9]*){4}$" /tmp/bench.out || fail "no copy row of $n bytes"
+	done
+	for how in cached NOCACHE; do
+		grep -q "^gdrdrv pin + map + unpin, $how (64 KiB) " /tmp/bench.out ||
+			fail "no gdrdrv pin + map + unpin, $how"
+	done
+	grep -qE '^ *gdrdrv pin \+ map \+ unpin: NOCACHE vs cached, 64 KiB +[0-9.]+x' /tmp/bench.out ||
+		fail "no gdrdrv NOCACHE vs cached ratio"
 	grep -q '^targets (issue 21' /tmp/bench.out || fail "no targets table"
 	# nvsim counts its own time: the miss is compared with it (P3, P8c).
 	for p in P3 P8c; do
