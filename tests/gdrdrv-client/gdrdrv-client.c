@@ -428,6 +428,11 @@ static int scenario(const char *name)
 	} else if (!strcmp(name, "after-unpin")) {
 		if (unpin(fd, b.handle))
 			return fail("UNPIN");
+	} else if (!strcmp(name, "after-unpin-and-close")) {
+		/* libgdrapi's gdr_close: UNPIN each handle, then close. */
+		if (unpin(fd, b.handle))
+			return fail("UNPIN");
+		close(fd);
 	} else {
 		return fail("unknown: %s", name);
 	}
@@ -462,6 +467,11 @@ static int check_sigbus_after_cumemfree(void)
 static int check_sigbus_after_unpin(void)
 {
 	return expect_sigbus("after-unpin");
+}
+
+static int check_sigbus_after_unpin_and_close(void)
+{
+	return expect_sigbus("after-unpin-and-close");
 }
 
 /* Waits for a child that checks `what`, returning 0 if it exited with 0. */
@@ -835,6 +845,7 @@ int main(int argc, char **argv)
 	run_check("close-with-mapping", check_close_with_mapping);
 	run_check("sigbus-after-cumemfree", check_sigbus_after_cumemfree);
 	run_check("sigbus-after-unpin", check_sigbus_after_unpin);
+	run_check("sigbus-after-unpin-and-close", check_sigbus_after_unpin_and_close);
 	run_check("fork-after-map", check_fork_after_map);
 	run_check("fork-before-map", check_fork_before_map);
 	run_check("scm-rights", check_scm_rights);

@@ -39,33 +39,6 @@ test_get_version() {
 	echo "$out" | grep -q "module ABI: *1\.4 " || fail "unexpected ABI line"
 }
 
-# gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
-test_cli_gdrdrv_info() {
-	ensure_loaded nvsim gdrpeer
-	out=$(gdrpeer gdrdrv-info) || fail "gdrpeer gdrdrv-info failed: $out"
-	echo "$out"
-	echo "$out" | grep -q "gdrdrv version: *2\.6$" || fail "no gdrdrv version 2.6"
-	echo "$out" | grep -q "use persistent mapping: *0$" || fail "no persistent-mapping attribute"
-}
-
-# gdrpeer events: two buffers pinned and freed one a second later each; one
-# line per revoked handle, on both devices.
-test_cli_events() {
-	ensure_loaded nvsim gdrpeer
-	for dev in "" --gdrdrv; do
-		out=$(gdrpeer events $dev --alloc 65536 --alloc 0x30000 --free-after 1 --timeout 10 2>&1) ||
-			fail "gdrpeer events $dev: $out"
-		echo "$out"
-		[ "$(echo "$out" | grep -c '^revoked handle ')" -eq 2 ] ||
-			fail "gdrpeer events $dev: not two revoked handles"
-		for h in $(echo "$out" | sed -n 's/^watching handle \([0-9]*\):.*/\1/p'); do
-			echo "$out" | grep -q "^revoked handle $h$" || fail "handle $h not reported"
-		done
-	done
-	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
-	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
-}
-
 # gdrpeer dmabuf: a range of a cuMemAlloc'd buffer exported, the window and
 # what the dma-buf core says of it (fdinfo).
 test_cli_dmabuf() {
@@ -135,6 +108,20 @@ test_bench_short() {
 	[ $rc -eq 0 ] || fail "gdrpeer-bench run: status $rc"
 	grep -q 'hit at 64 regions vs 16' /tmp/bench.out || fail "no ratios printed"
 	grep -q '^dma-buf hit: export' /tmp/bench.out || fail "no dma-buf measurements (gdrnic loaded)"
+	# The mappings' rows: map latency, CPU copies through a mapping (latency and
+	# bandwidth, 1 B to 4 MiB), gdrdrv pin + map + unpin cached vs NOCACHE.
+	grep -q '^mmap + touch each page + munmap (64 KiB) ' /tmp/bench.out || fail "no map latency"
+	grep -qE '^ +bytes +write us +write MB/s +read us +read MB/s$' /tmp/bench.out ||
+		fail "no copy table"
+	for n in 1 4194304; do
+		grep -qE "^ +$n( +[0-9]+\.?[0-9]*){4}$" /tmp/bench.out || fail "no copy row of $n bytes"
+	done
+	for how in cached NOCACHE; do
+		grep -q "^gdrdrv pin + map + unpin, $how (64 KiB) " /tmp/bench.out ||
+			fail "no gdrdrv pin + map + unpin, $how"
+	done
+	grep -qE '^ *gdrdrv pin \+ map \+ unpin: NOCACHE vs cached, 64 KiB +[0-9.]+x' /tmp/bench.out ||
+		fail "no gdrdrv NOCACHE vs cached ratio"
 	grep -q '^targets (issue 21' /tmp/bench.out || fail "no targets table"
 	# nvsim counts its own time: the miss is compared with it (P3, P8c).
 	for p in P3 P8c; do
@@ -146,39 +133,6 @@ test_bench_short() {
 	grep -q '^ratios' /tmp/render.out || fail "render printed no ratios"
 	grep -q '^  P8e ' /tmp/render.out || fail "render printed no targets"
 	grep -q '</svg>' /tmp/bench.svg || fail "no plot"
-}
-
-# --- gdrcopy's sanity scenarios over (simulated) libcuda ----------------------
-
-# gdrpeer-test --cuda with the module; --cuda-only without it (what runs on a
-# GPU machine without gdrpeer.ko).
-cuda_suite() {
-	unload_nv_stack
-	load $M/nvsim.ko || { echo "@@ RESULT FAIL cuda-suite nvsim-load"; return; }
-	gdrpeer-test --cuda-only "$TEST_FILTER" | sed 's/^\(@@ RESULT [A-Z]* [^ ]*\)/\1-without-module/'
-	load $M/gdrpeer.ko || { echo "@@ RESULT FAIL cuda-suite gdrpeer-load"; unload nvsim; return; }
-	{ gdrpeer-test --cuda "$TEST_FILTER" 2>&1; echo $? >/tmp/cuda-test.rc; }
-	rc=$(cat /tmp/cuda-test.rc)
-	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test --cuda exited with status $rc"
-	unload_nv_stack
-}
-
-# --- /dev/gdrdrv from C, as a gdrcopy program uses it -------------------------
-
-# tests/gdrdrv-client: one result per check, named gdrdrv-client-CHECK.
-gdrdrv_client_suite() {
-	if [ -n "$TEST_FILTER" ] && ! echo gdrdrv-client | grep -qE "$TEST_FILTER"; then
-		return
-	fi
-	unload_nv_stack
-	load $M/nvsim.ko && load $M/gdrpeer.ko ||
-		{ echo "@@ RESULT FAIL gdrdrv-client load"; unload_nv_stack; return; }
-	{ gdrdrv-client 2>&1; echo $? >/tmp/gdrdrv-client.rc; } |
-		sed -e 's/^PASS \([^ ]*\)$/@@ RESULT PASS gdrdrv-client-\1/' \
-			-e 's/^FAIL \([^ :]*\): /@@ RESULT FAIL gdrdrv-client-\1 /'
-	rc=$(cat /tmp/gdrdrv-client.rc)
-	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrdrv-client exited with status $rc"
-	unload_nv_stack
 }
 
 # --- The oracle: the kernel log must catch what it is meant to catch -------
@@ -246,6 +200,8 @@ run_plan() {
 	GDRPEER_FILTER="" GDRPEER_SUFFIX="" gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
+	# CPU-cacheable tables: REQ_MAPPING_TYPE(CACHING) is honoured.
+	GDRPEER_FILTER=gdrdrv-mapping-type GDRPEER_SUFFIX=-coherent gdrpeer_suite coherent=1
 	for v in 0x00010002 0x00030000; do
 		GDRPEER_FILTER=gdrpeer-table-version GDRPEER_SUFFIX=-$v gdrpeer_suite page_table_version=$v
 	done

@@ -11,6 +11,18 @@ ensure_loaded() {
 	done
 }
 
+# results NAME SUFFIX CMD...: runs CMD, a program printing `@@ RESULT` lines,
+# appends SUFFIX to their names, and reports an exit status above 1 (a crash:
+# 1 means some test failed and said so) as a failure of NAME.
+results() {
+	rname=$1 rsuffix=$2
+	shift 2
+	{ "$@" 2>&1; echo $? >/tmp/results.rc; } |
+		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$rsuffix/"
+	rc=$(cat /tmp/results.rc)
+	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL $rname$rsuffix exited with status $rc"
+}
+
 # gdrpeer-test reports one result per case (Documentation/testing.rst). A small
 # region limit lets it see LRU eviction. GDRPEER_FILTER picks the cases (the
 # plan's filter by default), GDRPEER_SUFFIX is appended to their names,
@@ -22,10 +34,7 @@ gdrpeer_suite() {
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL gdrpeer-suite p2pclient-load"; unload nvsim; return; }
 	load $M/gdrpeer.ko ${GDRPEER_PARAMS:-cache_max_regions=4} ||
 		{ echo "@@ RESULT FAIL gdrpeer-suite gdrpeer-load"; unload p2pclient; unload nvsim; return; }
-	{ gdrpeer-test "${GDRPEER_FILTER:-$TEST_FILTER}" 2>&1; echo $? >/tmp/gdrpeer-test.rc; } |
-		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$GDRPEER_SUFFIX/"
-	rc=$(cat /tmp/gdrpeer-test.rc)
-	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrpeer-test$GDRPEER_SUFFIX exited with status $rc"
+	results gdrpeer-test "$GDRPEER_SUFFIX" gdrpeer-test "${GDRPEER_FILTER:-$TEST_FILTER}"
 	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite$GDRPEER_SUFFIX"
 	unload p2pclient
 	unload nvsim
@@ -40,9 +49,70 @@ gdrnic_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko "$@" && load $M/p2pclient.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 &&
 		load $M/gdrnic.ko || { echo "@@ RESULT FAIL gdrnic-suite load"; unload_nv_stack; return; }
-	{ gdrpeer-test --nic "${GDRNIC_FILTER:-$TEST_FILTER}" 2>&1; echo $? >/tmp/gdrnic-test.rc; } |
-		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$GDRNIC_SUFFIX/"
-	rc=$(cat /tmp/gdrnic-test.rc)
-	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL gdrnic-test$GDRNIC_SUFFIX exited with status $rc"
+	results gdrnic-test "$GDRNIC_SUFFIX" gdrpeer-test --nic "${GDRNIC_FILTER:-$TEST_FILTER}"
+	unload_nv_stack
+}
+
+# --- The command-line tool ---------------------------------------------------
+
+# gdrpeer gdrdrv-info: what /dev/gdrdrv reports.
+test_cli_gdrdrv_info() {
+	ensure_loaded nvsim gdrpeer
+	out=$(gdrpeer gdrdrv-info) || fail "gdrpeer gdrdrv-info failed: $out"
+	echo "$out"
+	echo "$out" | grep -q "gdrdrv version: *2\.6$" || fail "no gdrdrv version 2.6"
+	echo "$out" | grep -q "use persistent mapping: *0$" || fail "no persistent-mapping attribute"
+}
+
+# gdrpeer events: two buffers pinned and freed one a second later each; one
+# line per revoked handle, on both devices.
+test_cli_events() {
+	ensure_loaded nvsim gdrpeer
+	for dev in "" --gdrdrv; do
+		out=$(gdrpeer events $dev --alloc 65536 --alloc 0x30000 --free-after 1 --timeout 10 2>&1) ||
+			fail "gdrpeer events $dev: $out"
+		echo "$out"
+		[ "$(echo "$out" | grep -c '^revoked handle ')" -eq 2 ] ||
+			fail "gdrpeer events $dev: not two revoked handles"
+		for h in $(echo "$out" | sed -n 's/^watching handle \([0-9]*\):.*/\1/p'); do
+			echo "$out" | grep -q "^revoked handle $h$" || fail "handle $h not reported"
+		done
+	done
+	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
+	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
+}
+
+# --- gdrcopy's sanity scenarios over (simulated) libcuda ----------------------
+
+# gdrpeer-test --cuda with the module; --cuda-only without it (what runs on a
+# GPU machine without gdrpeer.ko). CUDA_SUFFIX is appended to the names.
+cuda_suite() {
+	unload_nv_stack
+	load $M/nvsim.ko || { echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX nvsim-load"; return; }
+	gdrpeer-test --cuda-only "$TEST_FILTER" |
+		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1-without-module$CUDA_SUFFIX/"
+	load $M/gdrpeer.ko ||
+		{ echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX gdrpeer-load"; unload nvsim; return; }
+	results gdrpeer-test-cuda "$CUDA_SUFFIX" gdrpeer-test --cuda "$TEST_FILTER"
+	unload_nv_stack
+}
+
+# --- /dev/gdrdrv from C, as a gdrcopy program uses it -------------------------
+
+# tests/gdrdrv-client: one result per check, named gdrdrv-client-CHECK, with
+# GDRDRV_CLIENT_SUFFIX appended.
+gdrdrv_client_suite() {
+	if [ -n "$TEST_FILTER" ] && ! echo gdrdrv-client | grep -qE "$TEST_FILTER"; then
+		return
+	fi
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko ||
+		{ echo "@@ RESULT FAIL gdrdrv-client$GDRDRV_CLIENT_SUFFIX load"; unload_nv_stack; return; }
+	{ gdrdrv-client 2>&1; echo $? >/tmp/gdrdrv-client.rc; } |
+		sed -e "s/^PASS \([^ ]*\)$/@@ RESULT PASS gdrdrv-client-\1$GDRDRV_CLIENT_SUFFIX/" \
+			-e "s/^FAIL \([^ :]*\): /@@ RESULT FAIL gdrdrv-client-\1$GDRDRV_CLIENT_SUFFIX /"
+	rc=$(cat /tmp/gdrdrv-client.rc)
+	[ "$rc" -le 1 ] ||
+		echo "@@ RESULT FAIL gdrdrv-client$GDRDRV_CLIENT_SUFFIX exited with status $rc"
 	unload_nv_stack
 }

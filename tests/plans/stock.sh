@@ -6,8 +6,10 @@
 #
 # These kernels have no sanitizers: a freed object is handed out again at once,
 # as on every machine users run, so a stale pointer meets a live object instead
-# of one that KASAN's quarantine holds back. The suites and the short stress and
-# fuzzing runs here are the sanitizer-free ones. KUnit, MODVERSIONS, lockdep
+# of one that KASAN's quarantine holds back. The suites (gdrpeer-test's default
+# run, --nic, --cuda over the simulated libcuda, the C gdrdrv client), the
+# command-line tool's events and the short stress and fuzzing runs here are the
+# sanitizer-free ones. KUnit, MODVERSIONS, lockdep
 # and fault injection are not built into them: those cases run on the test
 # kernel, and are reported skipped here, with the reason (gdrpeer-test skips its
 # allocation-failure walks itself).
@@ -38,11 +40,16 @@ run_plan() {
 	t demo-mmap-write-read-free$S demo_mmap
 	t demo-nic-round-trip$S demo_nic_round_trip
 	t demo-dmabuf-nic-invalidate$S demo_dmabuf
+	t cli-gdrdrv-info$S test_cli_gdrdrv_info
+	t cli-events$S test_cli_events
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
+	GDRPEER_FILTER=gdrdrv-mapping-type GDRPEER_SUFFIX=-coherent$S gdrpeer_suite coherent=1
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000$S gdrnic_suite page_table_version=0x00030000
+	CUDA_SUFFIX=$S cuda_suite
+	GDRDRV_CLIENT_SUFFIX=$S gdrdrv_client_suite
 	t stress-short$S stress_run 50000 3 3 1
 	t fuzz-short$S fuzz_run 50000 4 1
 	skip_absent kunit "KUnit (CONFIG_KUNIT)" /sys/kernel/debug/kunit

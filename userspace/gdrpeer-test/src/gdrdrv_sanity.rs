@@ -380,6 +380,10 @@ pub const TESTS: &[Test] = &[
     ("cuda-gdrdrv-close-with-mapping", close_with_mapping),
     ("cuda-gdrdrv-sigbus-after-cumemfree", sigbus_after_cumemfree),
     ("cuda-gdrdrv-sigbus-after-unpin", sigbus_after_unpin),
+    (
+        "cuda-gdrdrv-vmm-mmap-write-then-dtoh-and-unmap-is-sigbus",
+        crate::vmm::gdrdrv_mmap_then_unmap_is_sigbus,
+    ),
     ("cuda-gdrdrv-fork-after-map", fork_after_map),
     ("cuda-gdrdrv-fork-before-map", fork_before_map),
     ("cuda-gdrdrv-scm-rights", scm_rights),

@@ -202,3 +202,29 @@ pub fn without_rawio(d: &Device, handle: u64) -> Result<(Errno, Errno), String> 
         .map_err(|_| "thread panicked".to_string())?
     })
 }
+
+/// Bytes written through `map` (from its start) are the GPU's at `va`, read through nvsim's
+/// mapping of the BAR; bytes nvsim writes there are what `map` reads. `len` bytes, patterns
+/// from `seed` and `seed + 1`; `what` names the moment in the errors.
+pub fn mapping_round_trip(
+    map: &gdrpeer::Mapping,
+    gpu: &nvsim::Gpu,
+    va: u64,
+    len: usize,
+    seed: u8,
+    what: &str,
+) -> TestResult {
+    let data = pattern(seed, len);
+    map.write(0, &data);
+    check_eq!(
+        gpu.read(va, len).map_err(errno)?,
+        data,
+        format!("GPU memory written through the mapping {what}")
+    );
+    let back = pattern(seed.wrapping_add(1), len);
+    gpu.write(va, &back).map_err(errno)?;
+    let mut seen = vec![0; len];
+    map.read(0, &mut seen);
+    check_eq!(seen, back, format!("the mapping read {what}"));
+    Ok(())
+}

@@ -26,6 +26,7 @@ mod proc;
 mod sanity;
 mod stress;
 mod tests;
+mod vmm;
 
 use helpers::all_released;
 use nvsim::testing::{self as harness, TestResult};
@@ -45,6 +46,14 @@ const CHILD_MODES: &[proc::ChildMode] = &[
     (
         "--gdrdrv-touch-after-unpin",
         gdrdrv_sanity::touch_after_unpin,
+    ),
+    (
+        "--cuda-vmm-touch-after-unmap",
+        vmm::gdrpeer_touch_after_unmap,
+    ),
+    (
+        "--gdrdrv-vmm-touch-after-unmap",
+        vmm::gdrdrv_touch_after_unmap,
     ),
 ];
 

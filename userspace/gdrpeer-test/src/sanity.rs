@@ -402,6 +402,10 @@ pub const TESTS: &[harness::Test] = &[
         "cuda-mmap-after-cumemfree-is-sigbus",
         mmap_after_cumemfree_is_sigbus,
     ),
+    (
+        "cuda-vmm-mmap-write-then-dtoh-and-unmap-is-sigbus",
+        crate::vmm::gdrpeer_mmap_then_unmap_is_sigbus,
+    ),
     ("cuda-buffer-id-tag", buffer_id_tag),
     (
         "cuda-address-range-and-sync-memops",

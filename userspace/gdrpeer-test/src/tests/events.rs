@@ -2,7 +2,8 @@
 
 //! Invalidation events of `/dev/gdrpeer` (ABI 1.3): the file polls readable when NVIDIA frees
 //! memory one of its handles pins, and read(2) returns each revoked handle once, as
-//! `struct gdrpeer_event` records; UNPIN is not an event; the errors of a read.
+//! `struct gdrpeer_event` records; UNPIN is not an event; the errors of a read; epoll
+//! waiting on `/dev/gdrpeer` and `/dev/gdrdrv` at once.
 
 use crate::helpers::{dev, ok, K64};
 use gdrpeer::PinFlags;
@@ -120,6 +121,90 @@ fn events_read_waits_and_checks_its_caller() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
+/// The tags epoll_wait reports within `ms` milliseconds, sorted.
+fn epoll_ready(ep: BorrowedFd<'_>, ms: i64) -> Result<Vec<u64>, String> {
+    use rustix::event::{epoll, Timespec};
+    let mut events = Vec::with_capacity(4);
+    let t = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: ms % 1000 * 1_000_000,
+    };
+    epoll::wait(ep, rustix::buffer::spare_capacity(&mut events), Some(&t)).map_err(errno)?;
+    let mut tags: Vec<u64> = events
+        .iter()
+        .filter(|e| {
+            let flags = e.flags;
+            flags.contains(epoll::EventFlags::IN)
+        })
+        .map(|e| {
+            let data = e.data;
+            data.u64()
+        })
+        .collect();
+    tags.sort();
+    Ok(tags)
+}
+
+/// A `/dev/gdrpeer` file and a `/dev/gdrdrv` file in one epoll set, each pinning a buffer of
+/// its own: epoll_wait reports neither before a free; freeing the first buffer makes it
+/// report the first file alone, until its event is read; freeing the second, the second.
+fn events_wake_epoll_on_both_devices() -> TestResult {
+    use gdrpeer::{gdrdrv::Gdrdrv, EventSource};
+    use rustix::event::epoll;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va1, id1) = gpu.alloc(K64).map_err(errno)?;
+    let (va2, id2) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    let p = ok(d.pin(va1, K64, PinFlags::empty()), "pin")?;
+    let h = ok(g.pin_v2(va2, K64, 0), "PIN_BUFFER_V2")?;
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(errno)?;
+    for (fd, tag) in [(d.as_fd(), 1), (g.as_fd(), 2)] {
+        epoll::add(
+            &ep,
+            fd,
+            epoll::EventData::new_u64(tag),
+            epoll::EventFlags::IN,
+        )
+        .map_err(errno)?;
+    }
+    check_eq!(epoll_ready(ep.as_fd(), 0)?, vec![], "ready before any free");
+    debugfs("free", &id1.to_string())?;
+    check_eq!(
+        epoll_ready(ep.as_fd(), 1000)?,
+        vec![1],
+        "ready after /dev/gdrpeer's buffer was freed"
+    );
+    check_eq!(
+        read_events(d.as_fd())?,
+        vec![(p.handle, 1)],
+        "/dev/gdrpeer's event"
+    );
+    check_eq!(
+        epoll_ready(ep.as_fd(), 0)?,
+        vec![],
+        "ready after the event was read"
+    );
+    debugfs("free", &id2.to_string())?;
+    check_eq!(
+        epoll_ready(ep.as_fd(), 1000)?,
+        vec![2],
+        "ready after /dev/gdrdrv's buffer was freed"
+    );
+    let got: Vec<u64> = ok(g.try_read_events(), "read /dev/gdrdrv")?
+        .into_iter()
+        .map(|e| e.handle)
+        .collect();
+    check_eq!(got, vec![h], "/dev/gdrdrv's event");
+    check_eq!(
+        epoll_ready(ep.as_fd(), 0)?,
+        vec![],
+        "ready after both events were read"
+    );
+    ok(d.unpin(p.handle), "unpin")?;
+    ok(g.unpin(h), "UNPIN")
+}
+
 pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-fire-once-per-revocation",
@@ -128,5 +213,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-read-waits-and-checks-its-caller",
         events_read_waits_and_checks_its_caller,
+    ),
+    (
+        "gdrpeer-events-wake-epoll-on-both-devices",
+        events_wake_epoll_on_both_devices,
     ),
 ];

@@ -3,10 +3,15 @@
 //! `/dev/gdrdrv` at the ioctl level, with the structs of the gdrdrv ABI written out here: the
 //! version and attributes, a pin of an unaligned buffer, its info, a mapping at
 //! `handle << 12` whose bytes are the GPU's, UNPIN while mapped, a re-pin served by the cache,
-//! GET_CB_FLAG and an event after the free, and the errors.
+//! GET_CB_FLAG and an event after the free, and the errors. Then, through the library's
+//! client ([`gdrpeer::gdrdrv`]): a mapped handle through eviction pressure, libgdrapi's
+//! gdr_close order (UNPIN, close, then a touch: SIGBUS), and the mapping type GET_INFO_V2
+//! reports after REQ_MAPPING_TYPE (nvsim coherent=1 or not).
 
-use crate::helpers::{gstat, pattern, K64};
-use nvsim::testing::{debugfs, errno, Test, TestResult};
+use crate::helpers::{eventually, gstat, mapping_round_trip, ok, param, pattern, K64};
+use crate::proc::{fork, wait_status};
+use gdrpeer::gdrdrv::{self as lib, Gdrdrv};
+use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsRawFd, OwnedFd},
@@ -201,4 +206,147 @@ fn gdrdrv_pin_map_unpin() -> TestResult {
     Ok(())
 }
 
-pub const TESTS: &[Test] = &[("gdrdrv-pin-map-unpin", gdrdrv_pin_map_unpin)];
+fn open_lib() -> Result<Gdrdrv, String> {
+    ok(Gdrdrv::open_default(), "open /dev/gdrdrv")
+}
+
+/// A mapped gdrdrv handle is in use: pins of other buffers past `cache_max_regions` evict
+/// regions, never its; the mapping keeps reading and writing GPU memory, and nvsim's
+/// put_pages calls are the evicted regions' alone.
+fn gdrdrv_mapped_handle_survives_eviction() -> TestResult {
+    let limit = param("cache_max_regions")?;
+    check!(
+        limit > 0 && limit < 6,
+        "run with cache_max_regions below 6, not {limit}"
+    );
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let g = open_lib()?;
+    let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+    let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
+    m.write(0, &pattern(40, K64 as usize));
+    let (puts, evictions) = (harness::stat("put_pages_calls")?, gstat("evictions_limit")?);
+    for _ in 0..6 {
+        let (other, _) = gpu.alloc(K64).map_err(errno)?;
+        let o = ok(g.pin_v2(other, K64, 0), "pin another")?;
+        ok(g.unpin(o), "unpin another")?;
+    }
+    let evicted = gstat("evictions_limit")? - evictions;
+    check!(
+        evicted > 6 - limit,
+        "evictions: {evicted} over a limit of {limit}"
+    );
+    eventually(2, "nvsim's put_pages of the evicted regions", || {
+        Ok(harness::stat("put_pages_calls")? - puts >= evicted)
+    })?;
+    check_eq!(
+        harness::stat("put_pages_calls")? - puts,
+        evicted,
+        "nvsim's put_pages calls: the evicted regions' only"
+    );
+    check!(
+        !ok(g.cb_flag(h), "GET_CB_FLAG")?,
+        "the mapped handle's callback flag"
+    );
+    mapping_round_trip(&m, &gpu, va, K64 as usize, 41, "after the evictions")?;
+    drop(m);
+    ok(g.unpin(h), "UNPIN")
+}
+
+/// libgdrapi's gdr_close order: a child maps, writes, UNPINs, closes the file and touches
+/// the mapping again; it must die of SIGBUS (the region stays cached after UNPIN, and the
+/// mapping holds the file: only the zap keeps the write from landing).
+fn gdrdrv_access_after_unpin_and_close_is_sigbus() -> TestResult {
+    let child = fork(|| {
+        let gpu = Gpu::open().map_err(errno)?;
+        let (va, _) = gpu.alloc(K64).map_err(errno)?;
+        let g = open_lib()?;
+        let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+        let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
+        let data = pattern(43, K64 as usize);
+        m.write(0, &data);
+        ok(g.unpin(h), "UNPIN while mapped")?;
+        drop(g);
+        check_eq!(
+            gpu.read(va, data.len()).map_err(errno)?,
+            data,
+            "GPU memory after UNPIN and close"
+        );
+        m.write(8, &[0x55]);
+        Err("wrote through the mapping after UNPIN and close".to_string())
+    })?;
+    check_eq!(
+        wait_status(child)?,
+        Err(libc::SIGBUS),
+        "the child touching the mapping after UNPIN and close"
+    );
+    Ok(())
+}
+
+/// GET_INFO_V2's mapping type: NONE while the handle has no mapping (before mmap, after
+/// REQ_MAPPING_TYPE alone, after munmap), and while mapped the type the mapping got: WC when
+/// WC was asked for; CACHING asked for is honoured where NVIDIA's table says the CPU may
+/// cache the pages (nvsim coherent=1), WC on BAR1 memory. The mapping reaches GPU memory
+/// either way; NONE and DEVICE cannot be asked for (EINVAL).
+fn gdrdrv_mapping_type_follows_the_request_and_the_table() -> TestResult {
+    let coherent = harness::stat("coherent")? == 1;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let g = open_lib()?;
+    let ty = |h| -> Result<u32, String> { Ok(ok(g.info_v2(h), "GET_INFO_V2")?.mapping_type) };
+    let cached = if coherent {
+        lib::MAPPING_TYPE_CACHING
+    } else {
+        lib::MAPPING_TYPE_WC
+    };
+    for (asked, got) in [
+        (lib::MAPPING_TYPE_WC, lib::MAPPING_TYPE_WC),
+        (lib::MAPPING_TYPE_CACHING, cached),
+    ] {
+        let what = |s: &str| format!("{s} (asked {asked}, coherent {coherent})");
+        let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+        check_eq!(ty(h)?, lib::MAPPING_TYPE_NONE, what("before mmap"));
+        ok(g.req_mapping_type(h, asked), "REQ_MAPPING_TYPE")?;
+        check_eq!(
+            ty(h)?,
+            lib::MAPPING_TYPE_NONE,
+            what("after REQ_MAPPING_TYPE, before mmap")
+        );
+        let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
+        check_eq!(ty(h)?, got, what("while mapped"));
+        let data = pattern(44 + asked as u8, K64 as usize);
+        m.write(0, &data);
+        check_eq!(
+            gpu.read(va, data.len()).map_err(errno)?,
+            data,
+            what("GPU memory written through the mapping")
+        );
+        drop(m);
+        check_eq!(ty(h)?, lib::MAPPING_TYPE_NONE, what("after munmap"));
+        for bad in [lib::MAPPING_TYPE_NONE, lib::MAPPING_TYPE_DEVICE] {
+            check_eq!(
+                g.req_mapping_type(h, bad).err().and_then(|e| e.errno()),
+                Some(Errno::INVAL),
+                format!("REQ_MAPPING_TYPE {bad}")
+            );
+        }
+        ok(g.unpin(h), "UNPIN")?;
+    }
+    Ok(())
+}
+
+pub const TESTS: &[Test] = &[
+    ("gdrdrv-pin-map-unpin", gdrdrv_pin_map_unpin),
+    (
+        "gdrdrv-mapped-handle-survives-eviction",
+        gdrdrv_mapped_handle_survives_eviction,
+    ),
+    (
+        "gdrdrv-access-after-unpin-and-close-is-sigbus",
+        gdrdrv_access_after_unpin_and_close_is_sigbus,
+    ),
+    (
+        "gdrdrv-mapping-type-follows-the-request-and-the-table",
+        gdrdrv_mapping_type_follows_the_request_and_the_table,
+    ),
+];

@@ -7,10 +7,10 @@
 //! and eviction leave it working); and its end when the handle is unpinned or NVIDIA frees the
 //! memory: zapped before the pages can go, SIGBUS after.
 
-use crate::helpers::{dev, eventually, fails, ok, param, pattern, K64};
+use crate::helpers::{dev, eventually, fails, mapping_round_trip, ok, param, pattern, K64};
 use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait, wait_status};
 use gdrpeer::{uapi, PinFlags, PinState};
-use nvsim::testing::{debugfs, errno, Test, TestResult, SKIP};
+use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsFd, BorrowedFd},
@@ -243,6 +243,46 @@ fn mmap_access_after_free_is_sigbus() -> TestResult {
     Ok(())
 }
 
+/// Two buffers, each pinned and mapped; NVIDIA frees one: the other's mapping keeps reading and
+/// writing GPU memory, and the freed one's, touched again, kills the child with SIGBUS having
+/// written nothing into the freed pages (nvsim's `freed_page_writes`, checked here and after
+/// every test).
+fn mmap_two_mappings_one_freed_the_other_keeps_working() -> TestResult {
+    let writes = harness::stat("freed_page_writes")?;
+    let child = fork(|| {
+        let gpu = Gpu::open().map_err(errno)?;
+        let (freed, id) = gpu.alloc(2 * K64).map_err(errno)?;
+        let (kept, _) = gpu.alloc(2 * K64).map_err(errno)?;
+        let d = dev()?;
+        let pf = ok(d.pin(freed, 2 * K64, PinFlags::empty()), "pin")?;
+        let pk = ok(d.pin(kept, 2 * K64, PinFlags::empty()), "pin")?;
+        let mf = ok(d.map(pf.handle, 0, 2 * K64 as usize), "map")?;
+        let mk = ok(d.map(pk.handle, 0, 2 * K64 as usize), "map")?;
+        mf.write(0, &pattern(17, 2 * K64 as usize));
+        mk.write(0, &pattern(18, 2 * K64 as usize));
+        debugfs("free", &id.to_string())?;
+        check_eq!(
+            ok(d.info(pk.handle), "info")?.state,
+            PinState::Valid,
+            "the other handle after the free"
+        );
+        mapping_round_trip(&mk, &gpu, kept, 2 * K64 as usize, 19, "after the free")?;
+        mf.write(K64 as usize + 8, &[0x55]);
+        Err("wrote through the freed buffer's mapping".to_string())
+    })?;
+    check_eq!(
+        wait_status(child)?,
+        Err(libc::SIGBUS),
+        "the child touching the freed buffer's mapping"
+    );
+    check_eq!(
+        harness::stat("freed_page_writes")?,
+        writes,
+        "writes into freed pages"
+    );
+    Ok(())
+}
+
 /// The mapping keeps the file: close() of the descriptor leaves it working, and the context
 /// goes with the munmap.
 fn mmap_outlives_close() -> TestResult {
@@ -325,21 +365,7 @@ fn mmap_survives_eviction() -> TestResult {
         PinState::Valid,
         "the mapped handle"
     );
-    let data = pattern(10, K64 as usize);
-    m.write(0, &data);
-    check_eq!(
-        gpu.read(va, data.len()).map_err(errno)?,
-        data,
-        "GPU memory written after the evictions"
-    );
-    gpu.write(va, &pattern(11, K64 as usize)).map_err(errno)?;
-    let mut seen = vec![0; K64 as usize];
-    m.read(0, &mut seen);
-    check_eq!(
-        seen,
-        pattern(11, K64 as usize),
-        "the mapping after the evictions"
-    );
+    mapping_round_trip(&m, &gpu, va, K64 as usize, 10, "after the evictions")?;
     drop(m);
     ok(d.unpin(p.handle), "unpin")?;
     eventually(2, "all but the mapped one evicted", || {
@@ -681,6 +707,10 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-mmap-access-after-free-is-sigbus",
         mmap_access_after_free_is_sigbus,
+    ),
+    (
+        "gdrpeer-mmap-two-mappings-one-freed-the-other-keeps-working",
+        mmap_two_mappings_one_freed_the_other_keeps_working,
     ),
     ("gdrpeer-mmap-outlives-close", mmap_outlives_close),
     (

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! CUDA's virtual memory management (cuMemCreate, cuMemAddressReserve, cuMemMap,
+//! cuMemSetAccess) for the `--cuda` tests: VMM memory pinned and mapped through
+//! `/dev/gdrpeer` and `/dev/gdrdrv`, its bytes read back with cuMemcpyDtoH, and the mapping
+//! withdrawn by cuMemUnmap. The entry points come from the libcuda.so.1 that
+//! [`crate::sanity::load`] initialised.
+
+use crate::helpers::{ok, pattern, K64};
+use crate::sanity::{c, cu, expect_sigbus, load};
+use gdrpeer::{gdrdrv::Gdrdrv, Mapping, PinFlags};
+use nvsim::testing::TestResult;
+use nvsim::{check, check_eq};
+use std::ffi::{c_int, c_uint, c_void};
+
+type Res = c_uint;
+
+/// CUDA's VMM granularity (2 MiB), libcuda-sim's too.
+const SIZE: usize = 2 << 20;
+
+/// `CUmemAllocationProp`: pinned memory on device 0, GPUDirect RDMA capable.
+#[repr(C)]
+struct Prop {
+    type_: c_uint,
+    handle_types: c_uint,
+    location: [c_int; 2],
+    win32: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+struct AccessDesc {
+    location: [c_int; 2],
+    flags: c_uint,
+}
+
+/// VMM memory: one cuMemCreate'd allocation of [`SIZE`] mapped read-write at a reserved
+/// range. Unmapped, released and its range freed on drop.
+struct VmmMem {
+    p: u64,
+    handle: u64,
+    mapped: bool,
+    unmap: unsafe extern "C" fn(u64, usize) -> Res,
+    release: unsafe extern "C" fn(u64) -> Res,
+    address_free: unsafe extern "C" fn(u64, usize) -> Res,
+    _lib: libloading::Library,
+}
+
+fn res(r: Res, call: &str) -> TestResult {
+    check_eq!(r, 0, format!("{call}: CUresult"));
+    Ok(())
+}
+
+macro_rules! sym {
+    ($lib:expr, $name:literal) => {
+        // SAFETY: the symbol has the CUDA driver API signature of the variable it fills.
+        *unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
+            .map_err(|e| format!("{}: {e}", $name))?
+    };
+}
+
+impl VmmMem {
+    fn new() -> Result<Self, String> {
+        // SAFETY: libcuda.so.1 is loaded already (sanity::load); this takes a reference.
+        let lib = unsafe { libloading::Library::new("libcuda.so.1") }
+            .map_err(|e| format!("libcuda.so.1: {e}"))?;
+        let create: unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> Res =
+            sym!(lib, "cuMemCreate");
+        let reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> Res =
+            sym!(lib, "cuMemAddressReserve");
+        let map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> Res = sym!(lib, "cuMemMap");
+        let set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> Res =
+            sym!(lib, "cuMemSetAccess");
+        let prop = Prop {
+            type_: 1,
+            handle_types: 0,
+            location: [1, 0],
+            win32: std::ptr::null_mut(),
+            alloc_flags: [0, 1, 0, 0, 0, 0, 0, 0],
+        };
+        let mut m = VmmMem {
+            p: 0,
+            handle: 0,
+            mapped: false,
+            unmap: sym!(lib, "cuMemUnmap"),
+            release: sym!(lib, "cuMemRelease"),
+            address_free: sym!(lib, "cuMemAddressFree"),
+            _lib: lib,
+        };
+        // SAFETY (the calls below): valid out-pointers and descriptors of the documented types.
+        res(
+            unsafe { create(&mut m.handle, SIZE, &prop, 0) },
+            "cuMemCreate",
+        )?;
+        res(
+            unsafe { reserve(&mut m.p, SIZE, 0, 0, 0) },
+            "cuMemAddressReserve",
+        )?;
+        res(unsafe { map(m.p, SIZE, 0, m.handle, 0) }, "cuMemMap")?;
+        m.mapped = true;
+        let rw = AccessDesc {
+            location: [1, 0],
+            flags: 3,
+        };
+        res(unsafe { set_access(m.p, SIZE, &rw, 1) }, "cuMemSetAccess")?;
+        Ok(m)
+    }
+
+    fn unmap(&mut self) -> TestResult {
+        self.mapped = false;
+        // SAFETY: the mapping this made.
+        res(unsafe { (self.unmap)(self.p, SIZE) }, "cuMemUnmap")
+    }
+}
+
+impl Drop for VmmMem {
+    fn drop(&mut self) {
+        // SAFETY: what `new` made, each undone once.
+        unsafe {
+            if self.mapped {
+                (self.unmap)(self.p, SIZE);
+            }
+            if self.handle != 0 {
+                (self.release)(self.handle);
+            }
+            if self.p != 0 {
+                (self.address_free)(self.p, SIZE);
+            }
+        }
+    }
+}
+
+/// Writes through `map` at `at` and reads the bytes back with cuMemcpyDtoH at `va`.
+fn write_then_dtoh(map: &Mapping, at: usize, va: u64, n: usize, seed: u8) -> TestResult {
+    let data = pattern(seed, n);
+    map.write(at, &data);
+    let mut back = vec![0; n];
+    cu().copy_from_device(&mut back, va).map_err(c)?;
+    check!(
+        back == data,
+        "cuMemcpyDtoH differs from the bytes written through the mapping"
+    );
+    Ok(())
+}
+
+/// The child of `cuda-vmm-mmap-*`: VMM memory pinned (a window inside the mapping, from an
+/// unaligned address) and mapped through `/dev/gdrpeer`; bytes written through the mapping
+/// are what cuMemcpyDtoH reads; cuMemUnmap; a touch must die of SIGBUS.
+pub fn gdrpeer_touch_after_unmap() -> TestResult {
+    load()?;
+    let mut m = VmmMem::new()?;
+    let d = crate::helpers::dev()?;
+    let va = m.p + K64 + 100;
+    let p = ok(d.pin(va, 3 * K64, PinFlags::empty()), "pin")?;
+    let map = ok(
+        d.map(p.handle, 0, p.page_count as usize * K64 as usize),
+        "map",
+    )?;
+    write_then_dtoh(&map, p.offset as usize, va, 3 * K64 as usize, 50)?;
+    m.unmap()?;
+    map.write(p.offset as usize + K64 as usize, &[0x55]);
+    Err("wrote through the mapping after cuMemUnmap".into())
+}
+
+/// The same through `/dev/gdrdrv`, as libgdrapi maps (the window from its start).
+pub fn gdrdrv_touch_after_unmap() -> TestResult {
+    load()?;
+    let mut m = VmmMem::new()?;
+    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    let va = m.p + K64 + 100;
+    let h = ok(g.pin_v2(va, 3 * K64, 0), "PIN_BUFFER_V2")?;
+    let info = ok(g.info_v2(h), "GET_INFO_V2")?;
+    check_eq!(info.va, m.p + K64, "the window's start");
+    let map = ok(g.map(h, 0, info.mapped_size as usize), "mmap")?;
+    write_then_dtoh(&map, (va - info.va) as usize, va, 3 * K64 as usize, 51)?;
+    m.unmap()?;
+    check!(
+        ok(g.cb_flag(h), "GET_CB_FLAG")?,
+        "the callback flag after cuMemUnmap"
+    );
+    map.write(K64 as usize, &[0x55]);
+    Err("wrote through the mapping after cuMemUnmap".into())
+}
+
+/// VMM memory through `/dev/gdrpeer`: written through the mapping, read with cuMemcpyDtoH;
+/// after cuMemUnmap a touch is SIGBUS and nothing reaches the freed pages.
+pub fn gdrpeer_mmap_then_unmap_is_sigbus() -> TestResult {
+    expect_sigbus("--cuda-vmm-touch-after-unmap")
+}
+
+/// VMM memory through `/dev/gdrdrv`, likewise.
+pub fn gdrdrv_mmap_then_unmap_is_sigbus() -> TestResult {
+    expect_sigbus("--gdrdrv-vmm-touch-after-unmap")
+}
