@@ -42,6 +42,8 @@ run_plan() {
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
+	t gdrdrv-not-registered-with-gdrdrv-0$S test_gdrdrv_param_off
+	t gdrdrv-not-registered-over-another$S test_gdrdrv_name_taken
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000$S gdrnic_suite page_table_version=0x00030000
 	t stress-short$S stress_run 50000 3 3 1
 	t fuzz-short$S fuzz_run 50000 4 1
