@@ -90,6 +90,11 @@ static unsigned long bar1_reserve = 36UL << 20;
 module_param(bar1_reserve, ulong, 0444);
 MODULE_PARM_DESC(bar1_reserve, "BAR1 bytes kept back from pinning, as the driver does (default 36 MiB)");
 
+static bool gdrdrv_standin;
+module_param(gdrdrv_standin, bool, 0444);
+MODULE_PARM_DESC(gdrdrv_standin,
+		 "Register a misc device named gdrdrv that answers nothing, standing in for gdrcopy's gdrdrv, so that gdrpeer finds /dev/gdrdrv taken (default 0)");
+
 /*
  * The global lock. Every exported function but the two free_* no-ops takes
  * it, and the free callback runs with it held, as in the real driver.
@@ -1822,6 +1827,21 @@ static struct miscdevice nvsim_misc = {
 	.mode = 0666,
 };
 
+/*
+ * gdrdrv_standin=1: a /dev/gdrdrv that is not gdrpeer's (gdrcopy's gdrdrv
+ * loaded first). It opens and answers every ioctl with ENOTTY.
+ */
+static const struct file_operations nvsim_gdrdrv_fops = {
+	.owner = THIS_MODULE,
+};
+
+static struct miscdevice nvsim_gdrdrv_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "gdrdrv",
+	.fops = &nvsim_gdrdrv_fops,
+	.mode = 0666,
+};
+
 /* --- debugfs: counters, fault injection, knobs ------------------------------ */
 
 static struct dentry *nvsim_debugfs;
@@ -2195,12 +2215,20 @@ static int __init nvsim_init(void)
 	ret = misc_register(&nvsim_misc);
 	if (ret)
 		goto err_misc;
+	if (gdrdrv_standin) {
+		ret = misc_register(&nvsim_gdrdrv_misc);
+		if (ret)
+			goto err_standin;
+	}
 	ret = pci_register_driver(&nvsim_driver);
 	if (ret)
 		goto err_pci;
 	return 0;
 
 err_pci:
+	if (gdrdrv_standin)
+		misc_deregister(&nvsim_gdrdrv_misc);
+err_standin:
 	misc_deregister(&nvsim_misc);
 err_misc:
 	debugfs_remove_recursive(nvsim_debugfs);
@@ -2212,6 +2240,8 @@ static void __exit nvsim_exit(void)
 {
 	struct nvsim_delayed_free *df;
 
+	if (gdrdrv_standin)
+		misc_deregister(&nvsim_gdrdrv_misc);
 	misc_deregister(&nvsim_misc);
 	debugfs_remove_recursive(nvsim_debugfs);
 	/* Run armed frees now, then wait for them. */

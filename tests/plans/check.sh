@@ -192,6 +192,8 @@ run_plan() {
 	t cli-events test_cli_events
 	t cli-dmabuf test_cli_dmabuf
 	t rmmod-order test_rmmod_order
+	t gdrdrv-not-registered-with-gdrdrv-0 test_gdrdrv_param_off
+	t gdrdrv-not-registered-over-another test_gdrdrv_name_taken
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
 	NVSIM_FILTER='nvsim-persistent-flags|nvsim-page-table-version' NVSIM_SUFFIX=-coherent nvsim_suite coherent=1

@@ -116,3 +116,56 @@ gdrdrv_client_suite() {
 		echo "@@ RESULT FAIL gdrdrv-client$GDRDRV_CLIENT_SUFFIX exited with status $rc"
 	unload_nv_stack
 }
+
+# --- Registration of /dev/gdrdrv (src/gdrdrv.rs, Gdrdrv::register) -----------
+
+# The kernel log since the current test began (t writes "begin NAME").
+log_since_begin() { dmesg | sed -n "/gdrpeer-test: begin $name\$/,\$p"; }
+
+# /dev/gdrpeer works: a buffer pinned and freed gives its revocation event.
+gdrpeer_works() {
+	out=$(gdrpeer events --alloc 65536 --free-after 1 --timeout 10 2>&1) ||
+		fail "/dev/gdrpeer: gdrpeer events: $out"
+	[ "$(echo "$out" | grep -c '^revoked handle ')" -eq 1 ] ||
+		fail "/dev/gdrpeer: not one revoked handle: $out"
+}
+
+# gdrpeer.ko gdrdrv=0 registers no /dev/gdrdrv, says why, and /dev/gdrpeer
+# works without it.
+test_gdrdrv_param_off() {
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko gdrdrv=0 || fail "load nvsim, gdrpeer gdrdrv=0"
+	[ -e /dev/gdrdrv ] && fail "/dev/gdrdrv registered with gdrdrv=0"
+	log_since_begin | grep -q "gdrpeer: gdrdrv=0: the gdrdrv-compatible device is not registered" ||
+		fail "no 'gdrdrv=0: ... not registered' message"
+	gdrpeer_works
+	out=$(gdrpeer gdrdrv-info 2>&1) && fail "gdrpeer gdrdrv-info worked without /dev/gdrdrv: $out"
+	unload_nv_stack
+	[ ! -e /dev/gdrpeer ] || fail "/dev/gdrpeer left behind"
+}
+
+# A /dev/gdrdrv of another driver (nvsim's stand-in for gdrcopy's gdrdrv,
+# gdrdrv_standin=1, which answers nothing): gdrpeer loads, says why it did not
+# register its own, /dev/gdrpeer works, and the other device stays, before
+# and after gdrpeer's unload.
+test_gdrdrv_name_taken() {
+	unload_nv_stack
+	load $M/nvsim.ko gdrdrv_standin=1 || fail "load nvsim gdrdrv_standin=1"
+	[ -c /dev/gdrdrv ] || fail "no stand-in /dev/gdrdrv"
+	standin=$(cat /sys/class/misc/gdrdrv/dev) || fail "the stand-in's device number"
+	load $M/gdrpeer.ko || fail "gdrpeer.ko did not load beside another /dev/gdrdrv"
+	log_since_begin | grep -q "gdrpeer: /dev/gdrdrv exists (gdrcopy's gdrdrv?): the gdrdrv-compatible device is not registered" ||
+		fail "no '/dev/gdrdrv exists ... not registered' message"
+	log_since_begin | grep -q "gdrpeer: /dev/gdrdrv: gdrdrv ABI" &&
+		fail "gdrpeer registered a gdrdrv device anyway"
+	expect_eq "/dev/gdrdrv's device number" "$(cat /sys/class/misc/gdrdrv/dev)" "$standin"
+	# The stand-in answers nothing: gdrdrv's GET_VERSION is refused.
+	out=$(gdrpeer gdrdrv-info 2>&1) && fail "/dev/gdrdrv answered as gdrpeer's would: $out"
+	gdrpeer_works
+	unload gdrpeer
+	[ -e /dev/gdrpeer ] && fail "gdrpeer did not unload"
+	[ -c /dev/gdrdrv ] || fail "the stand-in /dev/gdrdrv went with gdrpeer"
+	expect_eq "/dev/gdrdrv's device number after gdrpeer" "$(cat /sys/class/misc/gdrdrv/dev)" "$standin"
+	unload nvsim
+	[ ! -e /dev/gdrdrv ] || fail "/dev/gdrdrv left behind by nvsim"
+}

@@ -47,6 +47,8 @@ run_plan() {
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	GDRPEER_FILTER=gdrdrv-mapping-type GDRPEER_SUFFIX=-coherent$S gdrpeer_suite coherent=1
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
+	t gdrdrv-not-registered-with-gdrdrv-0$S test_gdrdrv_param_off
+	t gdrdrv-not-registered-over-another$S test_gdrdrv_name_taken
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000$S gdrnic_suite page_table_version=0x00030000
 	CUDA_SUFFIX=$S cuda_suite
 	GDRDRV_CLIENT_SUFFIX=$S gdrdrv_client_suite

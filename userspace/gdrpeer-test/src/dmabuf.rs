@@ -915,4 +915,9 @@ pub const TESTS: &[Test] = &[
         "gdrpeer-dmabuf-export-racing-a-free-queues-no-event",
         export_racing_a_free_queues_no_event,
     ),
+    // Last: a step whose free hangs leaves a process holding gdrpeer.
+    (
+        "gdrpeer-failnth-gdrnic-reg-dmabuf",
+        crate::nic::failnth_reg_dmabuf,
+    ),
 ];

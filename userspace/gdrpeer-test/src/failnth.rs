@@ -42,6 +42,10 @@ use rustix::{
 /// A walk that has not ended after this many steps is a failure.
 const MAX_STEPS: u32 = 500;
 
+/// A forked step that has not reported and ended by then is a failure (a thread of the
+/// child stuck in the kernel): the walk ends there, the child is left behind.
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a setup made: the state of the call, and the GPU memory, freed only after the walk
 /// checked that the call's file let go of it.
 pub type Ready<S> = Result<(S, Option<Gpu>), String>;
@@ -190,24 +194,67 @@ fn run_step<S>(op: &Op<S>, n: u32) -> Result<Step, String> {
             Err(e) => format!("error {e}"),
         };
         write(&theirs, report.as_bytes()).map_err(errno)?;
+        // Closed for the whole child: a thread of it stuck in the kernel keeps the files.
+        drop(theirs);
         Ok(())
     })?;
-    drop(theirs);
+    // The parent's `theirs` went with the closure.
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
     let mut report = Vec::new();
     let mut buf = [0u8; 512];
+    let stuck = |report: &[u8]| {
+        format!(
+            "the step's child (pid {child}) did not end within {} s, left behind: '{}'",
+            STEP_TIMEOUT.as_secs(),
+            String::from_utf8_lossy(report)
+        )
+    };
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut fds = [rustix::event::PollFd::new(
+            &mine,
+            rustix::event::PollFlags::IN,
+        )];
+        let ts = rustix::event::Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) => return Err(stuck(&report)),
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(errno(e)),
+        }
         match read(&mine, &mut buf) {
             Ok(0) => break,
             Ok(k) => report.extend_from_slice(&buf[..k]),
-            Err(Errno::INTR) => continue,
+            Err(Errno::INTR | Errno::AGAIN) => continue,
             Err(e) => return Err(errno(e)),
         }
     }
+    let status = loop {
+        let mut status = 0;
+        // SAFETY: reaps our own child without waiting.
+        match unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } {
+            0 if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            0 => {
+                // SAFETY: our own child; it may not die while a thread of it is stuck.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                return Err(stuck(&report));
+            }
+            r if r == child => break status,
+            _ => return Err(format!("waitpid: {}", std::io::Error::last_os_error())),
+        }
+    };
     let report = String::from_utf8_lossy(&report).into_owned();
-    match proc::wait_status(child)? {
-        Ok(0) => {}
-        Ok(code) => return Err(format!("the child exited with {code} ({report})")),
-        Err(signal) => return Err(format!("the child died of signal {signal} ({report})")),
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        return Err(format!("the child died of signal {signal} ({report})"));
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => {}
+        code => return Err(format!("the child exited with {code} ({report})")),
     }
     if let Some(e) = report.strip_prefix("error ") {
         return Err(e.to_string());

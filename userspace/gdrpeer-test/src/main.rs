@@ -24,6 +24,7 @@ mod kapi_fuzz;
 mod nic;
 mod proc;
 mod sanity;
+mod sigbus;
 mod stress;
 mod tests;
 mod vmm;

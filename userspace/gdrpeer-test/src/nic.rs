@@ -528,6 +528,102 @@ const REG_OP: Op<Reg> = Op {
     forked: false,
 };
 
+/// An export and its dynamic import, with the GPU memory: the walk frees it itself, with the
+/// dma-buf still open, whatever the call did.
+struct RegDmabuf {
+    d: gdrpeer::Device,
+    n: Nic,
+    gpu: Gpu,
+    va: u64,
+    buf: Option<gdrpeer::Dmabuf>,
+    mr: Option<u32>,
+}
+
+fn reg_dmabuf_setup() -> Ready<RegDmabuf> {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+    let r = RegDmabuf {
+        d: gdrpeer::Device::open_default().map_err(|e| e.to_string())?,
+        n: nic()?,
+        gpu,
+        va,
+        buf: None,
+        mr: None,
+    };
+    Ok((r, None))
+}
+
+/// EXPORT_DMABUF of three pages at an unaligned va (a miss: nvsim's get_pages), then
+/// REG_DMABUF of it without flags: a dynamic attach and the map at registration (gdrpeer's
+/// `Export::map`, the window's DMA addresses for edu and the table).
+fn reg_dmabuf_call(r: &mut RegDmabuf) -> Result<(), Errno> {
+    let b =
+        r.d.export_dmabuf_range(r.va + K64 + 333, 2 * K64)
+            .map_err(|e| e.errno().unwrap_or(Errno::PROTO))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&b.fd);
+    let size = b.size;
+    r.buf = Some(b);
+    r.mr = Some(r.n.reg_dmabuf(fd, 0, 0, size)?.handle);
+    Ok(())
+}
+
+/// How long cuMemFree may take: the revocation waits for the importers' mappings to go.
+const FREE_WITHIN: Duration = Duration::from_secs(5);
+
+/// Frees the memory (cuMemFree) with the dma-buf still open and the import, if made, in
+/// place: the revocation invalidates the import and must end within [`FREE_WITHIN`]. A free
+/// that does not return leaves its thread behind (the walk runs each step in a child).
+fn reg_dmabuf_finish(r: RegDmabuf, result: Result<(), Errno>) -> TestResult {
+    let RegDmabuf {
+        d,
+        n,
+        gpu,
+        va,
+        buf,
+        mr,
+    } = r;
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let freed = gpu.free(va);
+        let _ = tx.send((freed, gpu));
+    });
+    let Ok((freed, gpu)) = rx.recv_timeout(FREE_WITHIN) else {
+        // Closing the dma-buf or the files would wait for the stuck revocation too: they
+        // stay open, for the report to reach the walk.
+        std::mem::forget((buf, n, d));
+        return Err(format!(
+            "cuMemFree after the call ({}) did not return within {} s: the revocation waits \
+             for a dma-buf mapping that is not there",
+            match result {
+                Ok(()) => "succeeded".to_string(),
+                Err(e) => format!("failed with {e}"),
+            },
+            FREE_WITHIN.as_secs()
+        ));
+    };
+    freed.map_err(|e| format!("cuMemFree: {e}"))?;
+    if let Some(h) = mr {
+        n.dereg(h)
+            .map_err(|e| format!("DEREG of the invalidated import: {e}"))?;
+    }
+    drop((buf, n, d, gpu));
+    Ok(())
+}
+
+const REG_DMABUF_OP: Op<RegDmabuf> = Op {
+    name: "gdrnic-reg-dmabuf",
+    setup: reg_dmabuf_setup,
+    call: reg_dmabuf_call,
+    finish: reg_dmabuf_finish,
+    forked: true,
+};
+
+/// `gdrpeer-failnth-gdrnic-reg-dmabuf`, the last of the `--nic` run: a free that hangs
+/// leaves a process that holds gdrpeer.
+pub fn failnth_reg_dmabuf() -> TestResult {
+    walk(&REG_DMABUF_OP, nic_released)
+}
+
 pub const TESTS: &[harness::Test] = &[
     ("gdrnic-round-trip", round_trip),
     (

@@ -12,17 +12,21 @@
 //! order, while the memory is freed under all of it.
 //!
 //! Threads also map handles (mmap, touch every page, munmap) while other threads and nvsim
-//! free the memory under them, and read the files' invalidation events (ABI 1.3). A touch of
-//! memory freed meanwhile raises SIGBUS: the worker's handler checks that the address lies
-//! in one of its live mappings, says so and exits with [`SIGBUS_EXIT`], and the run counts
-//! it and starts a worker for the operations left; a SIGBUS anywhere else kills the worker
-//! as usual and fails the run.
+//! free the memory under them, and read the files' invalidation events (ABI 1.3), on
+//! `/dev/gdrpeer` and, where it exists, on `/dev/gdrdrv` (PIN_BUFFER, REQ_MAPPING_TYPE,
+//! mmap, touch, munmap, UNPIN_BUFFER, events). A touch of memory freed meanwhile raises
+//! SIGBUS: the worker's handler ([`crate::sigbus`]) checks that the address lies in one of
+//! its live mappings and that the file says the handle is revoked, says so and exits with
+//! [`SIGBUS_EXIT`], and the run counts it and starts a worker for the operations left; a
+//! SIGBUS in a mapping of a valid handle, or anywhere else, fails the run. Every event must
+//! be a revocation of a handle the thread pinned on that file, reported once.
 //!
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
 use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
 use crate::nic::{Nic, DMABUF_KAPI, DMABUF_PINNED};
-use gdrpeer::{uapi, Device, Dmabuf, PciAddress, PinFlags};
+use crate::sigbus::{self, Probe, SIGBUS_EXIT};
+use gdrpeer::{gdrdrv::Gdrdrv, uapi, Device, Dmabuf, EventSource, PciAddress, PinFlags};
 use nvsim::testing::{self as harness, debugfs, TestResult};
 use nvsim::{check, Gpu};
 use rustix::{
@@ -30,11 +34,11 @@ use rustix::{
     io::Errno,
 };
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io::{BufRead, BufReader, Write},
     process::{Child, Command, Stdio},
     sync::{
-        atomic::{AtomicI32, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicU64, Ordering::Relaxed},
         Arc, Mutex,
     },
     thread,
@@ -42,7 +46,7 @@ use std::{
 };
 
 /// The operations, in the order of [`WEIGHTS`].
-const KINDS: [&str; 20] = [
+const KINDS: [&str; 24] = [
     "alloc",
     "cumemfree",
     "delayed_free",
@@ -63,104 +67,73 @@ const KINDS: [&str; 20] = [
     "kapi_import",
     "dmabuf_xfer",
     "close_dmabuf",
+    "gdrdrv_pin",
+    "gdrdrv_unpin",
+    "gdrdrv_map",
+    "gdrdrv_events",
 ];
 /// How often each kind is picked, in parts of 1000. Every transfer costs the NIC 200 ms
 /// (edu's DMA engine), so the kinds that move bytes are rare.
-const WEIGHTS: [u32; 20] = [
-    80, 30, 15, 5, 255, 190, 85, 60, 70, 5, 15, 5, 55, 60, 20, 25, 6, 2, 2, 15,
+const WEIGHTS: [u32; 24] = [
+    80, 30, 15, 5, 225, 165, 85, 60, 70, 5, 15, 5, 55, 60, 20, 25, 6, 2, 2, 15, 20, 15, 12, 8,
 ];
 /// The most dma-bufs and kept imports a thread holds; one more closes one at random.
 const DMABUFS_HELD: usize = 6;
 const IMPORTS_HELD: usize = 4;
 
-/// A worker's exit status after a SIGBUS in one of its mappings (the memory was freed).
-pub const SIGBUS_EXIT: i32 = 77;
-
-/// A live mapping of a thread: where it is, and the file and handle it maps.
-struct Mapped {
-    start: AtomicU64,
-    end: AtomicU64,
-    fd: AtomicI32,
-    handle: AtomicU64,
-}
-
-/// The mappings live in this process, one slot per thread (`start` 0 when none): what the
-/// SIGBUS handler checks the faulting address against.
-static MAPPED: [Mapped; 64] = [const {
-    Mapped {
-        start: AtomicU64::new(0),
-        end: AtomicU64::new(0),
-        fd: AtomicI32::new(-1),
-        handle: AtomicU64::new(0),
-    }
-}; 64];
-
-/// SIGBUS: in a live mapping whose handle GET_INFO says is revoked, the memory was freed
-/// under it (expected: exit with [`SIGBUS_EXIT`]); in a mapping of a valid handle, a bug
-/// (said, exit 1); anywhere else, die of it as without the handler.
-extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as u64;
-    let slot = MAPPED.iter().find(|m| {
-        let (s, e) = (m.start.load(Relaxed), m.end.load(Relaxed));
-        s != 0 && (s..e).contains(&addr)
-    });
-    if let Some(m) = slot {
-        let mut i = uapi::Info {
-            handle: m.handle.load(Relaxed),
-            ..uapi::Info::new()
-        };
-        // SAFETY: ioctl(2) is async-signal-safe; GET_INFO reads and writes one Info.
-        let r = unsafe { libc::ioctl(m.fd.load(Relaxed), uapi::IOCTL_GET_INFO as _, &mut i) };
-        let (msg, code): (&[u8], i32) = if r == 0 && i.state == uapi::STATE_REVOKED {
-            (b"sigbus in a mapping\n", SIGBUS_EXIT)
-        } else {
-            (b"unexpected: sigbus in a mapping of a valid handle\n", 1)
-        };
-        // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is a static string.
-        unsafe {
-            libc::write(1, msg.as_ptr().cast(), msg.len());
-            libc::_exit(code);
-        }
-    }
-    // SAFETY: back to the default action, then re-raise: the process dies of SIGBUS.
-    unsafe {
-        libc::signal(libc::SIGBUS, libc::SIG_DFL);
-        libc::raise(libc::SIGBUS);
-    }
-}
-
-/// Installs [`on_sigbus`].
-fn catch_sigbus() -> TestResult {
-    // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature.
-    let r = unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigbus as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
-        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut())
-    };
-    check!(r == 0, "sigaction(SIGBUS)");
-    Ok(())
-}
-
 /// mmap a random part of `h`'s window, write and read a byte of every 4 KiB page, munmap.
-/// Registered in `slot` of [`MAPPED`] while it lives.
+/// Registered in `slot` of the SIGBUS probe ([`crate::sigbus`]) while it lives.
 fn map_and_touch(d: &Device, h: u64, slot: usize, rng: &mut fastrand::Rng) -> Result<(), Errno> {
-    const PAGE: u64 = 4096;
     let info = d.info(h).map_err(errno_of)?;
     let window = u64::from(info.page_count) * u64::from(info.page_size);
+    let probe = Probe {
+        fd: d.as_fd().as_raw_fd(),
+        handle: h,
+        gdrdrv: false,
+        gone_ok: false,
+    };
+    touch_part(window, |off, len| d.map(h, off, len), probe, slot, rng)
+}
+
+/// REQ_MAPPING_TYPE (write-combining or cached, where the table allows it), then as
+/// [`map_and_touch`] on `/dev/gdrdrv`, for gdrdrv handle `h`.
+fn gdrdrv_map_and_touch(
+    g: &Gdrdrv,
+    h: u64,
+    slot: usize,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Errno> {
+    let ty = [
+        gdrpeer::gdrdrv::MAPPING_TYPE_WC,
+        gdrpeer::gdrdrv::MAPPING_TYPE_CACHING,
+    ][rng.usize(0..2)];
+    g.req_mapping_type(h, ty).map_err(errno_of)?;
+    let window = g.info(h).map_err(errno_of)?.mapped_size;
+    let probe = Probe {
+        fd: g.as_fd().as_raw_fd(),
+        handle: h,
+        gdrdrv: true,
+        gone_ok: false,
+    };
+    touch_part(window, |off, len| g.map(h, off, len), probe, slot, rng)
+}
+
+/// Maps a random part of a window of `window` bytes (`map` of an offset and a length), writes
+/// and reads a byte of each of its pages, registered with the SIGBUS probe meanwhile, and
+/// unmaps it.
+fn touch_part(
+    window: u64,
+    map: impl FnOnce(u64, usize) -> Result<gdrpeer::Mapping, gdrpeer::Error>,
+    probe: Probe,
+    slot: usize,
+    rng: &mut fastrand::Rng,
+) -> Result<(), Errno> {
+    const PAGE: u64 = 4096;
     let pages = window / PAGE;
     let first = rng.u64(0..pages);
     let n = rng.u64(1..=pages - first);
-    let m = d
-        .map(h, first * PAGE, (n * PAGE) as usize)
-        .map_err(errno_of)?;
-    let base = m.as_ptr() as u64;
-    let mapped = &MAPPED[slot % MAPPED.len()];
-    mapped.end.store(base + n * PAGE, Relaxed);
-    mapped.fd.store(d.as_fd().as_raw_fd(), Relaxed);
-    mapped.handle.store(h, Relaxed);
-    mapped.start.store(base, Relaxed);
+    let m = map(first * PAGE, (n * PAGE) as usize).map_err(errno_of)?;
+    sigbus::register(slot, m.as_ptr() as u64, n * PAGE, probe);
     let v = rng.u8(..);
     for p in 0..n as usize {
         let at = p * PAGE as usize + rng.usize(0..PAGE as usize);
@@ -168,8 +141,8 @@ fn map_and_touch(d: &Device, h: u64, slot: usize, rng: &mut fastrand::Rng) -> Re
         let mut b = [0];
         m.read(at, &mut b);
     }
-    mapped.start.store(0, Relaxed);
-    drop(m);
+    // Exit mode: a SIGBUS never returns here.
+    sigbus::unregister(slot);
     Ok(())
 }
 
@@ -187,16 +160,27 @@ pub fn events_supported() -> Result<bool, String> {
     }
 }
 
-/// Reads the events queued on `d`: each must be a revocation of a handle this thread pinned.
-fn read_events(d: &Device, pinned: &[u64]) -> Result<(), Errno> {
-    use gdrpeer::{EventKind, EventSource};
+/// Reads the events queued on `d` (`what` names the device): each must be a revocation of a
+/// handle this thread pinned on the file, not reported before (`reported`).
+fn read_events(
+    d: &impl EventSource,
+    what: &str,
+    pinned: &[u64],
+    reported: &mut HashSet<u64>,
+) -> Result<(), Errno> {
+    use gdrpeer::EventKind;
     for e in d.try_read_events().map_err(errno_of)? {
-        if e.kind != EventKind::Revoked || !pinned.contains(&e.handle) {
-            let _ = writeln!(
-                std::io::stdout().lock(),
-                "unexpected: events: {e:?} (pinned here: {pinned:?})"
-            );
-        }
+        let wrong = if e.kind != EventKind::Revoked || !pinned.contains(&e.handle) {
+            "not a revocation of a handle pinned here"
+        } else if !reported.insert(e.handle) {
+            "reported twice"
+        } else {
+            continue;
+        };
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "unexpected: {what} events: {e:?}: {wrong} (pinned here: {pinned:?})"
+        );
     }
     Ok(())
 }
@@ -224,6 +208,8 @@ struct Shared {
     nic: bool,
     /// The module queues invalidation events ([`events_supported`]).
     events: bool,
+    /// `/dev/gdrdrv` exists.
+    gdrdrv: bool,
 }
 
 fn pick(rng: &mut fastrand::Rng) -> usize {
@@ -260,6 +246,10 @@ fn expected(kind: &str, e: Errno) -> bool {
         // mapping made at attach.
         "import" => [Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e),
         "get_pages" | "map" | "dmabuf_xfer" => e == Errno::NXIO,
+        // As PIN, through gdrdrv.
+        "gdrdrv_pin" => [Errno::INVAL, Errno::NXIO, Errno::NOMEM, Errno::IO].contains(&e),
+        // The memory was freed under the handle.
+        "gdrdrv_map" => e == Errno::NXIO,
         "alloc" => e == Errno::NOMEM,
         // Freed already by a delayed free.
         "cumemfree" | "delayed_free" | "free_on_pin" => [Errno::INVAL, Errno::NOENT].contains(&e),
@@ -275,6 +265,15 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
     let mut handles: Vec<u64> = Vec::new();
     // Every handle pinned on `dev`, unpinned ones too: a revocation may be read later.
     let mut pinned: Vec<u64> = Vec::new();
+    // The handles whose revocation `dev` reported.
+    let mut reported = HashSet::new();
+    // The same on `/dev/gdrdrv`, where it exists.
+    let gd = if sh.gdrdrv {
+        Gdrdrv::open_default().ok()
+    } else {
+        None
+    };
+    let (mut gd_handles, mut gd_pinned, mut gd_reported) = (Vec::new(), Vec::new(), HashSet::new());
     let nic = if sh.nic { Nic::open().ok() } else { None };
     // dma-bufs exported here, and imports kept on `nic` (handle, length).
     let mut dmabufs: Vec<Dmabuf> = Vec::new();
@@ -345,7 +344,34 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
                 let h = handles[rng.usize(0..handles.len())];
                 map_and_touch(d, h, slot, &mut rng)
             }
-            ("events", _, Some(d)) if sh.events => read_events(d, &pinned),
+            ("events", _, Some(d)) if sh.events => {
+                read_events(d, "gdrpeer", &pinned, &mut reported)
+            }
+            ("gdrdrv_pin", Some(a), _) if gd.is_some() => {
+                let g = gd.as_ref().unwrap();
+                let (va, len) = window(&mut rng, a);
+                let r = if rng.bool() {
+                    g.pin(va, len, 0, 0)
+                } else {
+                    g.pin_v2(va, len, 0)
+                };
+                r.map(|h| {
+                    gd_handles.push(h);
+                    gd_pinned.push(h);
+                })
+                .map_err(errno_of)
+            }
+            ("gdrdrv_unpin", _, _) if !gd_handles.is_empty() => {
+                let h = gd_handles.swap_remove(rng.usize(0..gd_handles.len()));
+                gd.as_ref().unwrap().unpin(h).map_err(errno_of)
+            }
+            ("gdrdrv_map", _, _) if !gd_handles.is_empty() => {
+                let h = gd_handles[rng.usize(0..gd_handles.len())];
+                gdrdrv_map_and_touch(gd.as_ref().unwrap(), h, slot, &mut rng)
+            }
+            ("gdrdrv_events", _, _) if gd.is_some() && sh.events => {
+                read_events(gd.as_ref().unwrap(), "gdrdrv", &gd_pinned, &mut gd_reported)
+            }
             ("export", Some(a), Some(d)) => {
                 let r = if !handles.is_empty() && rng.bool() {
                     d.export_dmabuf(handles[rng.usize(0..handles.len())])
@@ -394,6 +420,7 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
             ("close", _, _) => {
                 handles.clear();
                 pinned.clear();
+                reported.clear();
                 dev = None;
                 Device::open_default()
                     .map(|d| dev = Some(d))
@@ -504,7 +531,7 @@ pub fn worker(args: &[String]) -> TestResult {
             .ok_or_else(|| format!("--stress-worker: argument {i}"))
     };
     let (seed, ops, threads) = (num(0)?, num(1)?, num(2)?);
-    catch_sigbus()?;
+    sigbus::catch_sigbus(sigbus::Mode::Exit)?;
     let sh = Arc::new(Shared {
         gpu: Gpu::open().map_err(harness::errno)?,
         allocs: Mutex::new(Vec::new()),
@@ -513,6 +540,7 @@ pub fn worker(args: &[String]) -> TestResult {
         peer: edu().ok(),
         nic: std::path::Path::new("/dev/gdrnic").exists(),
         events: events_supported()?,
+        gdrdrv: std::path::Path::new(gdrpeer::gdrdrv::DEFAULT_PATH).exists(),
     });
     let workers: Vec<_> = (0..threads)
         .map(|t| {
