@@ -14,7 +14,8 @@
 //! with mutated arguments, its magic with random numbers, and mmaps at `handle << 12`.
 //!
 //! A tenth of the calls are mmaps instead: random handles, offsets (4 KiB-aligned or not,
-//! inside the window or past it), lengths, protections and flags. Each must succeed only
+//! inside the window or past it), lengths, protections and flags; a third of them aim at
+//! random pages inside the window of a handle the file has. Each must succeed only
 //! when it is a shared mapping inside a pinned window, or fail with one of the errnos
 //! mmap's documentation gives ([`MMAP_ERRNOS`]). Half the mmaps are made on a file the
 //! fuzzer holds for the while (a `dup` of the descriptor, which the `dup2`s leave alone):
@@ -342,19 +343,19 @@ impl Fuzzer {
                 _ => rng.u64(0..16),
             }
         };
-        let off = match rng.u32(0..6) {
+        let mut off = match rng.u32(0..6) {
             0 => rng.u64(..) & uapi::MMAP_OFFSET_MASK,
             1 => rng.u64(0..8 * K64) | 1,
             _ => rng.u64(0..8 * K64 / PAGE) * PAGE,
         };
-        let len = match rng.u32(0..8) {
+        let mut len = match rng.u32(0..8) {
             0 => 0,
             1 => rng.usize(1..3 * K64 as usize),
             2 => usize::MAX - rng.usize(0..PAGE as usize),
             3 => 1 << 40,
             _ => rng.usize(1..=16) * PAGE as usize,
         };
-        let prot = [
+        let mut prot = [
             libc::PROT_READ | libc::PROT_WRITE,
             libc::PROT_READ,
             libc::PROT_WRITE,
@@ -389,6 +390,19 @@ impl Fuzzer {
             })
             .flatten();
         let fd = held.as_ref().map_or(racy_fd, |h| h.as_raw_fd());
+        // A third of the mmaps aim inside the window of a handle this file has: random pages
+        // of it, shared and writable, so that mappings live while memory goes under them.
+        if rng.u32(0..3) == 0 {
+            let (r, window) = window_of(fd, handle, on_gdrdrv);
+            if r && window >= PAGE {
+                let pages = window / PAGE;
+                let first = rng.u64(0..pages);
+                off = first * PAGE;
+                len = (rng.u64(1..=pages - first) * PAGE) as usize;
+                prot = libc::PROT_READ | libc::PROT_WRITE;
+                flags = libc::MAP_SHARED;
+            }
+        }
         let generation = self.generation.load(Relaxed);
         let offset = if on_gdrdrv {
             gdrdrv::mmap_offset(handle, 0).wrapping_add(off)

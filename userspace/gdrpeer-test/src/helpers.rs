@@ -64,6 +64,17 @@ pub fn param(name: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("no gdrpeer parameter {name}"))
 }
 
+/// `cache_max_regions`, which the eviction tests need below `below` (pins of `below` other
+/// buffers then evict).
+pub fn small_region_limit(below: u64) -> Result<u64, String> {
+    let limit = param("cache_max_regions")?;
+    check!(
+        limit > 0 && limit < below,
+        "run with cache_max_regions below {below}, not {limit}"
+    );
+    Ok(limit)
+}
+
 /// Polls `cond` for up to `secs` seconds.
 pub fn eventually(
     secs: u64,

@@ -55,6 +55,14 @@ pub fn wait(pid: libc::pid_t) -> TestResult {
     Ok(())
 }
 
+/// Forks a child that runs `child` and must die of SIGBUS before it returns (`child` ends
+/// with the access that must fault): Ok if it did. `what` names the child in the error.
+pub fn dies_of_sigbus(what: &str, child: impl FnOnce() -> TestResult) -> TestResult {
+    let pid = fork(child)?;
+    check_eq!(wait_status(pid)?, Err(libc::SIGBUS), what);
+    Ok(())
+}
+
 /// How a child ended: `Ok(code)` if it exited, `Err(signal)` if a signal killed it.
 pub fn wait_status(pid: libc::pid_t) -> Result<Result<i32, i32>, String> {
     let mut status = 0;

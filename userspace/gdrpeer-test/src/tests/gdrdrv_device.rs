@@ -8,8 +8,8 @@
 //! gdr_close order (UNPIN, close, then a touch: SIGBUS), and the mapping type GET_INFO_V2
 //! reports after REQ_MAPPING_TYPE (nvsim coherent=1 or not).
 
-use crate::helpers::{eventually, gstat, mapping_round_trip, ok, param, pattern, K64};
-use crate::proc::{fork, wait_status};
+use crate::helpers::{eventually, gstat, mapping_round_trip, ok, pattern, small_region_limit, K64};
+use crate::proc::dies_of_sigbus;
 use gdrpeer::gdrdrv::{self as lib, Gdrdrv};
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -214,11 +214,7 @@ fn open_lib() -> Result<Gdrdrv, String> {
 /// regions, never its; the mapping keeps reading and writing GPU memory, and nvsim's
 /// put_pages calls are the evicted regions' alone.
 fn gdrdrv_mapped_handle_survives_eviction() -> TestResult {
-    let limit = param("cache_max_regions")?;
-    check!(
-        limit > 0 && limit < 6,
-        "run with cache_max_regions below 6, not {limit}"
-    );
+    let limit = small_region_limit(6)?;
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let g = open_lib()?;
@@ -257,29 +253,27 @@ fn gdrdrv_mapped_handle_survives_eviction() -> TestResult {
 /// the mapping again; it must die of SIGBUS (the region stays cached after UNPIN, and the
 /// mapping holds the file: only the zap keeps the write from landing).
 fn gdrdrv_access_after_unpin_and_close_is_sigbus() -> TestResult {
-    let child = fork(|| {
-        let gpu = Gpu::open().map_err(errno)?;
-        let (va, _) = gpu.alloc(K64).map_err(errno)?;
-        let g = open_lib()?;
-        let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
-        let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
-        let data = pattern(43, K64 as usize);
-        m.write(0, &data);
-        ok(g.unpin(h), "UNPIN while mapped")?;
-        drop(g);
-        check_eq!(
-            gpu.read(va, data.len()).map_err(errno)?,
-            data,
-            "GPU memory after UNPIN and close"
-        );
-        m.write(8, &[0x55]);
-        Err("wrote through the mapping after UNPIN and close".to_string())
-    })?;
-    check_eq!(
-        wait_status(child)?,
-        Err(libc::SIGBUS),
-        "the child touching the mapping after UNPIN and close"
-    );
+    dies_of_sigbus(
+        "the child touching the mapping after UNPIN and close",
+        || {
+            let gpu = Gpu::open().map_err(errno)?;
+            let (va, _) = gpu.alloc(K64).map_err(errno)?;
+            let g = open_lib()?;
+            let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+            let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
+            let data = pattern(43, K64 as usize);
+            m.write(0, &data);
+            ok(g.unpin(h), "UNPIN while mapped")?;
+            drop(g);
+            check_eq!(
+                gpu.read(va, data.len()).map_err(errno)?,
+                data,
+                "GPU memory after UNPIN and close"
+            );
+            m.write(8, &[0x55]);
+            Err("wrote through the mapping after UNPIN and close".to_string())
+        },
+    )?;
     Ok(())
 }
 
