@@ -188,9 +188,11 @@ pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, caching: Caching, mapper: Arc<
 ///
 /// # Invariants
 ///
-/// Each of `runs` (physical address, length) was reserved by this and is freed once, on drop.
+/// The first `reserved` of `runs` (physical address, length) were reserved by this; each is
+/// freed once, on drop.
 pub(crate) struct WcReservation {
     runs: KVVec<(u64, u64)>,
+    reserved: usize,
 }
 
 impl WcReservation {
@@ -205,15 +207,12 @@ impl WcReservation {
                 _ => runs.push((page, page_size), GFP_KERNEL)?,
             }
         }
-        // INVARIANT: grows only by runs reserved below; a failure frees them on drop.
-        let mut this = WcReservation {
-            runs: KVVec::with_capacity(runs.len(), GFP_KERNEL)?,
-        };
-        for &(start, len) in runs.iter() {
+        // INVARIANT: `reserved` counts the runs reserved below; a failure frees them on drop.
+        let mut this = WcReservation { runs, reserved: 0 };
+        for &(start, len) in this.runs.iter() {
             // SAFETY: any physical range may be asked for; the reservation is ours.
             to_result(unsafe { helpers::gdrpeer_io_reserve_wc(start, len) })?;
-            // The capacity is reserved: this does not allocate, so cannot fail.
-            this.runs.push((start, len), GFP_NOWAIT)?;
+            this.reserved += 1;
         }
         Ok(this)
     }
@@ -221,7 +220,7 @@ impl WcReservation {
 
 impl Drop for WcReservation {
     fn drop(&mut self) {
-        for &(start, len) in self.runs.iter() {
+        for &(start, len) in &self.runs[..self.reserved] {
             // SAFETY: reserved by `new` and freed once (type invariant).
             unsafe { helpers::gdrpeer_io_free_wc(start, len) };
         }
