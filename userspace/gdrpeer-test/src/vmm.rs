@@ -9,31 +9,15 @@
 use crate::helpers::{ok, pattern, K64};
 use crate::sanity::{c, cu, expect_sigbus, load};
 use gdrpeer::{gdrdrv::Gdrdrv, Mapping, PinFlags};
+use nvsim::cuda_vmm::{AccessDesc, Prop, ACCESS_RW};
 use nvsim::testing::TestResult;
 use nvsim::{check, check_eq};
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::c_uint;
 
 type Res = c_uint;
 
 /// CUDA's VMM granularity (2 MiB), libcuda-sim's too.
 const SIZE: usize = 2 << 20;
-
-/// `CUmemAllocationProp`: pinned memory on device 0, GPUDirect RDMA capable.
-#[repr(C)]
-struct Prop {
-    type_: c_uint,
-    handle_types: c_uint,
-    location: [c_int; 2],
-    win32: *mut c_void,
-    alloc_flags: [u8; 8],
-}
-
-/// `CUmemAccessDesc`.
-#[repr(C)]
-struct AccessDesc {
-    location: [c_int; 2],
-    flags: c_uint,
-}
 
 /// VMM memory: one cuMemCreate'd allocation of [`SIZE`] mapped read-write at a reserved
 /// range. Unmapped, released and its range freed on drop.
@@ -72,13 +56,7 @@ impl VmmMem {
         let map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> Res = sym!(lib, "cuMemMap");
         let set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> Res =
             sym!(lib, "cuMemSetAccess");
-        let prop = Prop {
-            type_: 1,
-            handle_types: 0,
-            location: [1, 0],
-            win32: std::ptr::null_mut(),
-            alloc_flags: [0, 1, 0, 0, 0, 0, 0, 0],
-        };
+        let prop = Prop::device(0);
         let mut m = VmmMem {
             p: 0,
             handle: 0,
@@ -99,11 +77,10 @@ impl VmmMem {
         )?;
         res(unsafe { map(m.p, SIZE, 0, m.handle, 0) }, "cuMemMap")?;
         m.mapped = true;
-        let rw = AccessDesc {
-            location: [1, 0],
-            flags: 3,
-        };
-        res(unsafe { set_access(m.p, SIZE, &rw, 1) }, "cuMemSetAccess")?;
+        res(
+            unsafe { set_access(m.p, SIZE, &ACCESS_RW, 1) },
+            "cuMemSetAccess",
+        )?;
         Ok(m)
     }
 

@@ -3,6 +3,7 @@
 //! Tests of the simulated libcuda, loaded as a program would load real CUDA:
 //! `libcuda.so.1` by name, found through LD_LIBRARY_PATH.
 
+use nvsim::cuda_vmm::{AccessDesc, Prop, ACCESS_RW};
 use nvsim::testing::{self as harness, client, stat, TestResult};
 use nvsim::{check, check_eq};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -24,40 +25,6 @@ const MEMORYTYPE_HOST: c_uint = 1;
 const MEMORYTYPE_DEVICE: c_uint = 2;
 const DEV_ATTR_CC_MAJOR: c_uint = 75;
 const DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_uint = 116;
-
-/// `CUmemAllocationProp`: pinned memory on a device.
-#[repr(C)]
-struct Prop {
-    type_: c_uint,
-    handle_types: c_uint,
-    location: [c_int; 2],
-    win32: *mut c_void,
-    alloc_flags: [u8; 8],
-}
-
-impl Prop {
-    fn device(id: c_int) -> Self {
-        Prop {
-            type_: 1,
-            handle_types: 0,
-            location: [1, id],
-            win32: std::ptr::null_mut(),
-            alloc_flags: [0, 1, 0, 0, 0, 0, 0, 0], // gpuDirectRDMACapable
-        }
-    }
-}
-
-/// `CUmemAccessDesc`: read-write access for device 0.
-#[repr(C)]
-struct AccessDesc {
-    location: [c_int; 2],
-    flags: c_uint,
-}
-
-const ACCESS_RW: AccessDesc = AccessDesc {
-    location: [1, 0],
-    flags: 3,
-};
 
 #[repr(C)]
 #[derive(Default)]

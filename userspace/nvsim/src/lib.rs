@@ -2,9 +2,10 @@
 
 //! `/dev/nvsim` from user space: simulated GPU memory (tests/nvsim/nvsim_uapi.h).
 //!
-//! Used by nvsim's tests and by the simulated libcuda; [`gdrnic`] (the sample NIC) and
-//! [`testing`] by the in-guest test programs.
+//! Used by nvsim's tests and by the simulated libcuda; [`gdrnic`] (the sample NIC),
+//! [`testing`] and [`cuda_vmm`] by the in-guest test programs.
 
+pub mod cuda_vmm;
 pub mod gdrnic;
 pub mod testing;
 

@@ -238,8 +238,7 @@ fn mmap_access_after_free_is_sigbus() -> TestResult {
         // Every page was touched, so only the zap keeps this from reaching freed memory.
         m.write(K64 as usize + 8, &[0x55]);
         Err("wrote through the mapping after the free".to_string())
-    })?;
-    Ok(())
+    })
 }
 
 /// Two buffers, each pinned and mapped; NVIDIA frees one: the other's mapping keeps reading and
@@ -321,8 +320,7 @@ fn mmap_access_after_unpin_is_sigbus() -> TestResult {
         );
         m.write(8, &[0x55]);
         Err("wrote through the mapping after UNPIN".to_string())
-    })?;
-    Ok(())
+    })
 }
 
 /// A mapped region is in use: eviction over `cache_max_regions` leaves it pinned and mapped.
@@ -594,10 +592,13 @@ fn mmap_sub_page_buffer() -> TestResult {
 /// x86's list of reserved memory types (PAT), absent where the kernel keeps none.
 const PAT_MEMTYPES: &str = "/sys/kernel/debug/x86/pat_memtype_list";
 
+/// A memory type over a page: its name, and whether its range covers the whole page.
+type Memtype = (String, bool);
+
 /// The memory types reserved over `[page, page + K64)`: each entry of [`PAT_MEMTYPES`]
 /// (`PAT: [mem 0xSTART-0xEND] TYPE`, END exclusive) that overlaps it, with whether it covers
 /// the whole page.
-fn memtypes_over(list: &str, page: u64) -> Vec<(String, bool)> {
+fn memtypes_over(list: &str, page: u64) -> Vec<Memtype> {
     list.lines()
         .filter_map(|l| {
             let (range, ty) = l.strip_prefix("PAT: [mem ")?.split_once("] ")?;
@@ -620,49 +621,44 @@ fn mmap_write_combining_reserved_for_its_pages() -> TestResult {
             "{SKIP}no {PAT_MEMTYPES}: the kernel keeps no memory types (no PAT)"
         ));
     };
-    let read_list = || std::fs::read_to_string(PAT_MEMTYPES).map_err(|e| e.to_string());
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(3 * K64).map_err(errno)?;
     let d = dev()?;
     let p = ok(d.pin(va, 3 * K64, PinFlags::empty()), "pin")?;
     let pages = ok(d.get_pages(p.handle), "GET_PAGES")?;
-    let list = read_list()?;
-    for &page in &pages {
-        let types = memtypes_over(&list, page);
-        check!(
-            types.is_empty(),
-            "page {page:#x} has memory types {types:?} before any mapping"
-        );
-    }
+    // Each page's memory types, from one read of the list, must pass `fits`.
+    let each_page = |fits: &dyn Fn(&[Memtype]) -> bool, when: &str| -> TestResult {
+        let list = std::fs::read_to_string(PAT_MEMTYPES).map_err(|e| e.to_string())?;
+        for &page in &pages {
+            let types = memtypes_over(&list, page);
+            check!(
+                fits(&types),
+                "page {page:#x} has memory types {types:?} {when}"
+            );
+        }
+        Ok(())
+    };
+    each_page(&|types| types.is_empty(), "before any mapping")?;
     let m = ok(d.map(p.handle, 0, 3 * K64 as usize), "map")?;
     // Fault every page in.
     let data = pattern(9, 3 * K64 as usize);
     m.write(0, &data);
-    let list = read_list()?;
-    for &page in &pages {
-        let types = memtypes_over(&list, page);
-        check!(
+    each_page(
+        &|types| {
             types
                 .iter()
                 .any(|(ty, whole)| ty == "write-combining" && *whole)
-                && types.iter().all(|(ty, _)| ty == "write-combining"),
-            "page {page:#x} of a write-combining mapping has memory types {types:?}"
-        );
-    }
+                && types.iter().all(|(ty, _)| ty == "write-combining")
+        },
+        "while a write-combining mapping lives",
+    )?;
     check_eq!(
         gpu.read(va, data.len()).map_err(errno)?,
         data,
         "GPU memory after writes through the mapping"
     );
     drop(m);
-    let list = read_list()?;
-    for &page in &pages {
-        let types = memtypes_over(&list, page);
-        check!(
-            types.is_empty(),
-            "page {page:#x} still has memory types {types:?} after munmap"
-        );
-    }
+    each_page(&|types| types.is_empty(), "after munmap")?;
     ok(d.unpin(p.handle), "unpin")
 }
 
