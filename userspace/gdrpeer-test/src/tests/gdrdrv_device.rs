@@ -211,12 +211,12 @@ fn open_lib() -> Result<Gdrdrv, String> {
 }
 
 /// A mapped gdrdrv handle is in use: pins of other buffers past `cache_max_regions` evict
-/// regions, never its; the mapping keeps reading and writing GPU memory, and nvsim's
-/// put_pages calls are the evicted regions' alone.
+/// regions, never its; the mapping keeps reading and writing GPU memory, nvsim's put_pages
+/// calls are the evicted regions' alone, and freeing its memory afterwards calls it back.
 fn gdrdrv_mapped_handle_survives_eviction() -> TestResult {
     let limit = small_region_limit(6)?;
     let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
     let g = open_lib()?;
     let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
     let m = ok(g.map(h, 0, K64 as usize), "mmap")?;
@@ -245,6 +245,12 @@ fn gdrdrv_mapped_handle_survives_eviction() -> TestResult {
         "the mapped handle's callback flag"
     );
     mapping_round_trip(&m, &gpu, va, K64 as usize, 41, "after the evictions")?;
+    // Still pinned: freeing the memory now calls the handle back.
+    debugfs("free", &id.to_string())?;
+    check!(
+        ok(g.cb_flag(h), "GET_CB_FLAG")?,
+        "the mapped handle's callback flag once its memory was freed"
+    );
     drop(m);
     ok(g.unpin(h), "UNPIN")
 }

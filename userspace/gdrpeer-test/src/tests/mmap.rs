@@ -323,11 +323,12 @@ fn mmap_access_after_unpin_is_sigbus() -> TestResult {
     })
 }
 
-/// A mapped region is in use: eviction over `cache_max_regions` leaves it pinned and mapped.
+/// A mapped region is in use: eviction over `cache_max_regions` leaves it pinned and mapped
+/// (freeing its memory afterwards still revokes the handle).
 fn mmap_survives_eviction() -> TestResult {
     let limit = small_region_limit(6)?;
     let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
     let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
     let m = ok(d.map(p.handle, 0, K64 as usize), "map")?;
@@ -349,6 +350,13 @@ fn mmap_survives_eviction() -> TestResult {
         "the mapped handle"
     );
     mapping_round_trip(&m, &gpu, va, K64 as usize, 10, "after the evictions")?;
+    // Still pinned: freeing the memory now calls the handle back.
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        ok(d.info(p.handle), "info")?.state,
+        PinState::Revoked,
+        "the mapped handle once its memory was freed"
+    );
     drop(m);
     ok(d.unpin(p.handle), "unpin")?;
     eventually(2, "all but the mapped one evicted", || {
