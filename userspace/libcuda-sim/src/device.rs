@@ -3,6 +3,7 @@
 //! The device: one simulated GPU, described as one plausible model, H100-like (compute
 //! capability 9.0), at the PCI address of the device nvsim drives.
 
+use crate::attributes::{find, Value};
 use crate::context::{answer, with_gpu};
 use crate::errors::*;
 use crate::{CUdevice, CUresult};
@@ -74,29 +75,14 @@ pub(crate) fn nvsim_pci_address() -> Option<PciAddress> {
         .next()
 }
 
-/// The value of `attr` for the simulated GPU, or None for an attribute it does not know.
-/// `pci` is asked only for the PCI attributes.
+/// The value of `attr` for the simulated GPU ([`crate::attributes`]), or None for a number
+/// that is no `CUdevice_attribute`. `pci` is asked only for the PCI attributes.
 fn attribute(attr: c_uint, pci: impl FnOnce() -> PciAddress) -> Option<c_int> {
-    Some(match attr {
-        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
-        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
-        CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING => 1,
-        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED => 1,
-        // cuMemCreate memory, mapped with cuMemMap, can be pinned (crate::vmm).
-        CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => 1,
-        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => 1,
-        // No flush options: this library has neither cuFlushGPUDirectRDMAWrites nor stream
-        // memory operations, and needs neither (see WRITES_ORDERING).
-        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS => 0,
-        // The GPU memory is the BAR itself: a peer's write is there, in order, when the
-        // peer's DMA completes.
-        CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING => {
-            CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER
-        }
-        CU_DEVICE_ATTRIBUTE_PCI_BUS_ID => pci().bus.into(),
-        CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID => pci().device.into(),
-        CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID => c_int::try_from(pci().domain).ok()?,
-        _ => return None,
+    Some(match find(attr)?.value {
+        Value::H100(v) | Value::Sim { value: v, .. } => v,
+        Value::PciBus => pci().bus.into(),
+        Value::PciDevice => pci().device.into(),
+        Value::PciDomain => c_int::try_from(pci().domain).ok()?,
     })
 }
 
@@ -137,11 +123,12 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     })
 }
 
-/// `cuDeviceGetAttribute`, for the attributes a GPUDirect RDMA program asks about: compute
-/// capability 9.0, unified addressing, virtual memory management and GPUDirect RDMA
-/// supported (also on VMM allocations), no flush options and writes ordering OWNER, and the PCI domain, bus
-/// and device of the device nvsim drives (0 where sysfs does not list it). Any other
-/// attribute is `CUDA_ERROR_INVALID_VALUE`, where CUDA knows them all.
+/// `cuDeviceGetAttribute`: every attribute of CUDA 12.9's `CUdevice_attribute`, with an
+/// H100's values except where [`crate::attributes`] says otherwise (the PCI domain, bus and
+/// device of the device nvsim drives, 0 where sysfs does not list it; GPUDirect RDMA's flush
+/// options and writes ordering; what `cuMemCreate` refuses). Any other number is
+/// `CUDA_ERROR_INVALID_VALUE`, as in CUDA.
+/// Needs `cuInit`, not a current context.
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetAttribute(
     pi: *mut c_int,
@@ -160,27 +147,49 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attributes::{ATTRIBUTES, CU_DEVICE_ATTRIBUTE_MAX};
     use crate::test_util::no_nvsim;
 
     #[test]
     fn attribute_numbers_are_cudas() {
-        // cuda.h's CUdevice_attribute.
-        assert_eq!(
-            [
-                CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
-                CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
-                CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING,
-                CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+        // The constants, by the table's names (the table is checked against cuda.h).
+        let consts = [
+            (CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, "PCI_BUS_ID"),
+            (CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, "PCI_DEVICE_ID"),
+            (CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, "UNIFIED_ADDRESSING"),
+            (CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, "PCI_DOMAIN_ID"),
+            (
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                "COMPUTE_CAPABILITY_MAJOR",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                "COMPUTE_CAPABILITY_MINOR",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                "VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+                "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+                "GPU_DIRECT_RDMA_SUPPORTED",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+                "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS",
+            ),
+            (
                 CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING,
-            ],
-            [33, 34, 41, 50, 75, 76, 102, 110, 116, 117, 118]
-        );
+                "GPU_DIRECT_RDMA_WRITES_ORDERING",
+            ),
+        ];
+        for (number, name) in consts {
+            assert_eq!(find(number).map(|a| a.names[0]), Some(name), "{number}");
+        }
         assert_eq!(CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER, 100);
     }
 
@@ -204,16 +213,44 @@ mod tests {
             (33, 0x3b),
             (34, 4),
             (50, 1),
+            // COMPUTE_MODE: CU_COMPUTEMODE_DEFAULT.
+            (20, 0),
+            (100, 0),
+            (16, 132),
+            (10, 32),
+            (1, 1024),
         ];
         for (attr, value) in expected {
             assert_eq!(attribute(attr, pci), Some(value), "attribute {attr}");
         }
         let no_pci = || -> PciAddress { panic!("PCI address asked for") };
-        // 119 is MEMPOOL_SUPPORTED_HANDLE_TYPES: not simulated.
-        for unknown in [0, 1, 16, 119, 9999, c_uint::MAX] {
+        for unknown in [0, CU_DEVICE_ATTRIBUTE_MAX, 9999, c_uint::MAX] {
             assert_eq!(attribute(unknown, no_pci), None, "attribute {unknown}");
         }
         assert_eq!(attribute(75, no_pci), Some(9));
+    }
+
+    /// Every number of the table answers; the PCI rows from the PCI address, the others
+    /// without asking for it.
+    #[test]
+    fn every_attribute_answered() {
+        let pci = || PciAddress {
+            domain: 0x10000,
+            bus: 0xe1,
+            device: 0x1f,
+            function: 7,
+        };
+        for a in ATTRIBUTES {
+            let asked = std::cell::Cell::new(false);
+            let v = attribute(a.number, || {
+                asked.set(true);
+                pci()
+            });
+            assert!(v.is_some(), "{} unanswered", a.names[0]);
+            let from_pci = matches!(a.value, Value::PciBus | Value::PciDevice | Value::PciDomain);
+            assert_eq!(asked.get(), from_pci, "{}", a.names[0]);
+        }
+        assert_eq!(attribute(50, pci), Some(0x10000));
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! 9.0), and one context, current in the threads that made it current.
 //!
 //! The modules follow the driver API's sections: [`context`] (initialisation
-//! and contexts), [`device`], [`memory`], [`vmm`] (virtual memory management:
+//! and contexts), [`device`] (with [`attributes`], its table), [`memory`], [`vmm`] (virtual memory management:
 //! `cuMemCreate`, `cuMemMap`, ...), [`pointer`] (pointer attributes) and
 //! [`errors`].
 
@@ -22,6 +22,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
+pub mod attributes;
 pub mod context;
 pub mod device;
 pub mod errors;
