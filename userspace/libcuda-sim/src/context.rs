@@ -6,6 +6,21 @@
 //! `cuCtxCreate` returns are the same. As in CUDA, it is current per thread: a thread has no
 //! current context until `cuCtxCreate` or `cuCtxSetCurrent` makes it current there, and the
 //! calls that need one fail with `CUDA_ERROR_INVALID_CONTEXT` until then.
+//!
+//! Which calls need one follows CUDA's driver (to be confirmed on a real GPU: see "To
+//! confirm on a real GPU" in Documentation/nvsim.rst):
+//!
+//! - calls that allocate or reach memory through the current context need it:
+//!   `cuMemAlloc`, `cuMemAllocHost`, the copies, `cuMemsetD8`, `cuMemGetInfo`,
+//!   `cuCtxGetDevice`, `cuCtxSynchronize`;
+//! - calls given a pointer find the allocation's context from the pointer, and need none:
+//!   `cuMemFree`, `cuMemFreeHost`, `cuPointerGetAttribute(s)` (CONTEXT answers the
+//!   allocation's context, not the thread's) and `cuPointerSetAttribute`. A thread that never
+//!   made a context current may free what another thread allocated, as gdrcopy's tests do;
+//! - the device queries, the primary context calls, `cuCtxSetCurrent` and `cuCtxGetCurrent`
+//!   need `cuInit` only.
+//!
+//! Unlike CUDA, `cuMemGetAddressRange` and the VMM calls need no current context either.
 
 use crate::errors::*;
 use crate::{CUcontext, CUdevice, CUresult};

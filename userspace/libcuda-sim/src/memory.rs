@@ -195,10 +195,11 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 
 /// `cuMemFree_v2`: frees through nvsim, which calls back the nv-p2p pins on it (for a
 /// buffer of a pool block, the pins over its 64 KiB pages). VMM memory is
-/// `CUDA_ERROR_INVALID_VALUE`.
+/// `CUDA_ERROR_INVALID_VALUE`. Needs no current context: the pointer names its allocation,
+/// and so its context, as in CUDA ([`crate::context`]).
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    with_context(|gpu| match gpu.free(dptr) {
+    with_gpu(|gpu| match gpu.free(dptr) {
         Ok(()) => CUDA_SUCCESS,
         Err(_) => CUDA_ERROR_INVALID_VALUE,
     })
@@ -301,10 +302,10 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) ->
 }
 
 /// `cuMemFreeHost`: frees what `cuMemAllocHost_v2` returned; any other pointer is
-/// `CUDA_ERROR_INVALID_VALUE`.
+/// `CUDA_ERROR_INVALID_VALUE`. Needs no current context, as `cuMemFree_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
-    with_context(|_| {
+    with_gpu(|_| {
         let Ok(mut host) = HOST.lock() else {
             return CUDA_ERROR_UNKNOWN;
         };

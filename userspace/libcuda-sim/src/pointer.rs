@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Pointer attributes, of device memory (nvsim's answers) and of host memory from
-//! `cuMemAllocHost_v2`. Unlike CUDA, they need no current context, so that a registration
-//! cache may ask from any thread.
+//! `cuMemAllocHost_v2`. As in CUDA, they need no current context: the pointer names its
+//! allocation and so its context, which CONTEXT answers ([`crate::context`]); a
+//! registration cache may ask from any thread.
 
 use crate::context::{context, with_gpu};
 use crate::errors::*;
