@@ -23,8 +23,16 @@ const ATTR_IS_MANAGED: c_uint = 8;
 const ATTR_DEVICE_ORDINAL: c_uint = 9;
 const MEMORYTYPE_HOST: c_uint = 1;
 const MEMORYTYPE_DEVICE: c_uint = 2;
+const DEV_ATTR_MULTIPROCESSOR_COUNT: c_uint = 16;
+const DEV_ATTR_COMPUTE_MODE: c_uint = 20;
+const DEV_ATTR_PCI_BUS_ID: c_uint = 33;
+const DEV_ATTR_PCI_DEVICE_ID: c_uint = 34;
+const DEV_ATTR_PCI_DOMAIN_ID: c_uint = 50;
 const DEV_ATTR_CC_MAJOR: c_uint = 75;
+const DEV_ATTR_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: c_uint = 100;
 const DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED: c_uint = 116;
+/// CU_DEVICE_ATTRIBUTE_MAX of CUDA 12.9: every number below it, from 1, is an attribute.
+const DEV_ATTR_MAX: c_uint = 144;
 
 #[repr(C)]
 #[derive(Default)]
@@ -40,6 +48,7 @@ pub struct Cuda {
     device_count: unsafe extern "C" fn(*mut c_int) -> Res,
     ctx_retain: unsafe extern "C" fn(*mut *mut c_void, c_int) -> Res,
     ctx_set_current: unsafe extern "C" fn(*mut c_void) -> Res,
+    ctx_get_current: unsafe extern "C" fn(*mut *mut c_void) -> Res,
     device_attr: unsafe extern "C" fn(*mut c_int, c_uint, c_int) -> Res,
     alloc: unsafe extern "C" fn(*mut u64, usize) -> Res,
     free: unsafe extern "C" fn(u64) -> Res,
@@ -81,6 +90,7 @@ impl Cuda {
             device_count: sym!(lib, b"cuDeviceGetCount"),
             ctx_retain: sym!(lib, b"cuDevicePrimaryCtxRetain"),
             ctx_set_current: sym!(lib, b"cuCtxSetCurrent"),
+            ctx_get_current: sym!(lib, b"cuCtxGetCurrent"),
             device_attr: sym!(lib, b"cuDeviceGetAttribute"),
             alloc: sym!(lib, b"cuMemAlloc_v2"),
             free: sym!(lib, b"cuMemFree_v2"),
@@ -143,6 +153,34 @@ impl Cuda {
             SUCCESS => Ok((base, len)),
             e => Err(e),
         }
+    }
+
+    /// Attribute `attr` of device `dev`: (result, value).
+    fn device_attr(&self, attr: c_uint, dev: c_int) -> (Res, c_int) {
+        let mut v = -7;
+        // SAFETY: `v` is the int cuDeviceGetAttribute writes.
+        let r = unsafe { (self.device_attr)(&mut v, attr, dev) };
+        (r, v)
+    }
+
+    /// Pointer attribute `attr` of `ptr`, read as the `T` CUDA documents for it: (result,
+    /// value, `init` where nothing was written).
+    fn pointer_attr<T: Copy>(&self, attr: c_uint, ptr: u64, init: T) -> (Res, T) {
+        let mut v = init;
+        // SAFETY: the caller names the `T` CUDA writes for `attr`.
+        let r = unsafe { (self.get_attr)(&mut v as *mut T as *mut c_void, attr, ptr) };
+        (r, v)
+    }
+
+    /// The context current in this thread (null for none).
+    fn current(&self) -> Result<*mut c_void, String> {
+        let mut ctx = std::ptr::null_mut();
+        Self::ok(
+            // SAFETY: `ctx` is the CUcontext cuCtxGetCurrent writes.
+            unsafe { (self.ctx_get_current)(&mut ctx) },
+            "cuCtxGetCurrent",
+        )?;
+        Ok(ctx)
     }
 
     fn dtoh(&self, p: u64, n: usize) -> Result<Vec<u8>, Res> {
@@ -315,16 +353,14 @@ pub fn p2p_tokens_pin() -> TestResult {
 pub fn unified_memory() -> TestResult {
     let cu = Cuda::load()?;
     cu.setup()?;
-    let (mut rdma, mut major) = (0, 0);
-    Cuda::ok(
-        unsafe { (cu.device_attr)(&mut rdma, DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED, 0) },
-        "GPU_DIRECT_RDMA_SUPPORTED",
-    )?;
-    Cuda::ok(
-        unsafe { (cu.device_attr)(&mut major, DEV_ATTR_CC_MAJOR, 0) },
-        "COMPUTE_CAPABILITY_MAJOR",
-    )?;
-    check_eq!((rdma, major), (1, 9), "device attributes");
+    check_eq!(
+        (
+            cu.device_attr(DEV_ATTR_GPU_DIRECT_RDMA_SUPPORTED, 0),
+            cu.device_attr(DEV_ATTR_CC_MAJOR, 0)
+        ),
+        ((SUCCESS, 1), (SUCCESS, 9)),
+        "device attributes"
+    );
     let r = std::thread::scope(|s| {
         s.spawn(|| {
             let mut p = 0;
@@ -597,4 +633,200 @@ pub fn suballocation() -> TestResult {
         "the last free did not call back the block's pins"
     );
     Cuda::ok(unsafe { (cu.free)(big) }, "cuMemFree(big)")
+}
+
+/// Runs `f` in a new thread, where no context is current.
+fn in_a_thread_without_context<T: Send>(
+    cu: &Cuda,
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            check!(
+                cu.current()?.is_null(),
+                "a context is current in a new thread"
+            );
+            f()
+        })
+        .join()
+        .map_err(|_| "thread panicked".to_string())?
+    })
+}
+
+/// The PCI address (domain, bus, device) of the device nvsim is bound to, from sysfs.
+fn nvsim_pci_address() -> Result<(c_int, c_int, c_int), String> {
+    let dir = "/sys/bus/pci/drivers/nvsim";
+    let hex = |t: &str| {
+        i64::from_str_radix(t, 16)
+            .ok()
+            .and_then(|v| c_int::try_from(v).ok())
+    };
+    for e in std::fs::read_dir(dir).map_err(|e| format!("{dir}: {e}"))? {
+        let name = e.map_err(|e| e.to_string())?.file_name();
+        let name = name.to_string_lossy();
+        let parts: Vec<&str> = name.split([':', '.']).collect();
+        if let [domain, bus, device, _function] = parts[..] {
+            if let (Some(d), Some(b), Some(v)) = (hex(domain), hex(bus), hex(device)) {
+                return Ok((d, b, v));
+            }
+        }
+    }
+    Err(format!("no PCI device in {dir}"))
+}
+
+/// Every CUdevice_attribute of CUDA 12.9 answered, as CUDA answers its whole enum, in a
+/// thread without a current context too; 0, MAX and beyond are CUDA_ERROR_INVALID_VALUE,
+/// device 1 CUDA_ERROR_INVALID_DEVICE. What gdrcopy's tests ask: COMPUTE_MODE default,
+/// pageable memory not through the host's page tables; an H100's SMs; the PCI address of
+/// the device nvsim drives.
+pub fn every_device_attribute_answered() -> TestResult {
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    for attr in 1..DEV_ATTR_MAX {
+        check_eq!(
+            cu.device_attr(attr, 0).0,
+            SUCCESS,
+            format!("attribute {attr}")
+        );
+    }
+    for attr in [0, DEV_ATTR_MAX, DEV_ATTR_MAX + 1, 9999] {
+        check_eq!(
+            cu.device_attr(attr, 0),
+            (INVALID_VALUE, -7),
+            format!("attribute {attr}")
+        );
+    }
+    check_eq!(
+        cu.device_attr(DEV_ATTR_COMPUTE_MODE, 1).0,
+        INVALID_DEVICE,
+        "device 1"
+    );
+    let value = |attr| cu.device_attr(attr, 0).1;
+    check_eq!(value(DEV_ATTR_COMPUTE_MODE), 0, "COMPUTE_MODE");
+    check_eq!(
+        value(DEV_ATTR_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES),
+        0,
+        "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES"
+    );
+    check_eq!(
+        value(DEV_ATTR_MULTIPROCESSOR_COUNT),
+        132,
+        "MULTIPROCESSOR_COUNT"
+    );
+    check_eq!(
+        (
+            value(DEV_ATTR_PCI_DOMAIN_ID),
+            value(DEV_ATTR_PCI_BUS_ID),
+            value(DEV_ATTR_PCI_DEVICE_ID)
+        ),
+        nvsim_pci_address()?,
+        "PCI domain, bus, device"
+    );
+    in_a_thread_without_context(&cu, || {
+        check_eq!(
+            cu.device_attr(DEV_ATTR_COMPUTE_MODE, 0),
+            (SUCCESS, 0),
+            "COMPUTE_MODE without a current context"
+        );
+        Ok(())
+    })
+}
+
+/// A thread that never made a context current frees what another thread allocated, device
+/// memory (the pin on it is called back in that thread) and host memory, as in CUDA, where
+/// the pointer names its allocation's context.
+pub fn free_without_a_current_context() -> TestResult {
+    // SAFETY (all calls): valid out pointers; the pointers freed are this test's allocations.
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    let p = cu.alloc(M2)?;
+    let small = cu.alloc(1000)?;
+    let mut h = std::ptr::null_mut();
+    Cuda::ok(unsafe { (cu.alloc_host)(&mut h, 4096) }, "cuMemAllocHost")?;
+    let h = h as u64;
+    let pin = pin_ok(&format!("get {p} {K64}"))?;
+    let tid = in_a_thread_without_context(&cu, || {
+        Cuda::ok(unsafe { (cu.free)(p) }, "cuMemFree")?;
+        Cuda::ok(unsafe { (cu.free)(small) }, "cuMemFree of a small buffer")?;
+        Cuda::ok(unsafe { (cu.free_host)(h as *mut c_void) }, "cuMemFreeHost")?;
+        check_eq!(unsafe { (cu.free)(p) }, INVALID_VALUE, "double cuMemFree");
+        Ok(rustix::thread::gettid().as_raw_nonzero().get())
+    })?;
+    check_eq!(
+        pin_state(pin.handle)?,
+        format!("revoked=1 cb_pid={tid}"),
+        "callback in the freeing thread"
+    );
+    let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    check!(gpu.query(p).is_err(), "nvsim still has the freed buffer");
+    check_eq!(cu.buffer_id(small).0, INVALID_VALUE, "BUFFER_ID after free");
+    check_eq!(
+        unsafe { (cu.free_host)(h as *mut c_void) },
+        INVALID_VALUE,
+        "double cuMemFreeHost"
+    );
+    Ok(())
+}
+
+/// In a thread that never made a context current: pointer attributes answer as in the
+/// allocating thread, CONTEXT the allocation's context; SYNC_MEMOPS can be set; cuMemAlloc
+/// and cuMemAllocHost are CUDA_ERROR_INVALID_CONTEXT, as in CUDA.
+pub fn pointer_attributes_without_a_current_context() -> TestResult {
+    // SAFETY (all calls): each data pointer is the type CUDA documents for its attribute;
+    // out pointers are valid.
+    let cu = Cuda::load()?;
+    cu.setup()?;
+    let ctx = cu.current()? as u64;
+    let p = cu.alloc(M2)?;
+    let (r, id) = cu.buffer_id(p);
+    Cuda::ok(r, "BUFFER_ID")?;
+    in_a_thread_without_context(&cu, || {
+        check_eq!(
+            cu.pointer_attr(ATTR_CONTEXT, p + 100, 0u64),
+            (SUCCESS, ctx),
+            "CONTEXT"
+        );
+        check_eq!(
+            cu.pointer_attr(ATTR_MEMORY_TYPE, p, 0 as c_uint),
+            (SUCCESS, MEMORYTYPE_DEVICE),
+            "MEMORY_TYPE"
+        );
+        check_eq!(cu.buffer_id(p), (SUCCESS, id), "BUFFER_ID");
+        let attrs = [ATTR_BUFFER_ID, ATTR_DEVICE_ORDINAL];
+        let (mut got_id, mut ordinal) = (0u64, -1 as c_int);
+        let mut data: [*mut c_void; 2] = [
+            &mut got_id as *mut u64 as *mut c_void,
+            &mut ordinal as *mut c_int as *mut c_void,
+        ];
+        Cuda::ok(
+            unsafe { (cu.get_attrs)(2, attrs.as_ptr(), data.as_mut_ptr(), p) },
+            "cuPointerGetAttributes",
+        )?;
+        check_eq!((got_id, ordinal), (id, 0), "BUFFER_ID, DEVICE_ORDINAL");
+        let one: c_uint = 1;
+        Cuda::ok(
+            unsafe { (cu.set_attr)(&one as *const c_uint as *const c_void, ATTR_SYNC_MEMOPS, p) },
+            "cuPointerSetAttribute(SYNC_MEMOPS)",
+        )?;
+        let mut q = 0;
+        check_eq!(
+            unsafe { (cu.alloc)(&mut q, 4096) },
+            INVALID_CONTEXT,
+            "cuMemAlloc"
+        );
+        let mut h = std::ptr::null_mut();
+        check_eq!(
+            unsafe { (cu.alloc_host)(&mut h, 4096) },
+            INVALID_CONTEXT,
+            "cuMemAllocHost"
+        );
+        check!(q == 0 && h.is_null(), "an allocation without a context");
+        Ok(())
+    })?;
+    check_eq!(
+        cu.pointer_attr(ATTR_SYNC_MEMOPS, p, 0 as c_uint),
+        (SUCCESS, 1),
+        "SYNC_MEMOPS set"
+    );
+    Cuda::ok(unsafe { (cu.free)(p) }, "cuMemFree")
 }

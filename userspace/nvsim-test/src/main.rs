@@ -439,6 +439,18 @@ const TESTS: &[Test] = &[
     ("libcuda-sim-vmm-map-pin-unmap", cuda::vmm_map_pin_unmap),
     ("libcuda-sim-suballocation", cuda::suballocation),
     (
+        "libcuda-sim-every-device-attribute-answered",
+        cuda::every_device_attribute_answered,
+    ),
+    (
+        "libcuda-sim-free-without-a-current-context",
+        cuda::free_without_a_current_context,
+    ),
+    (
+        "libcuda-sim-pointer-attributes-without-a-current-context",
+        cuda::pointer_attributes_without_a_current_context,
+    ),
+    (
         "nvsim-vmm-closing-the-file-frees",
         vmm_closing_the_file_frees,
     ),
