@@ -11,7 +11,9 @@
 use kernel::{
     fmt,
     list::{AtomicTracker, List, ListArc, ListLinks, TryNewListArc},
-    new_condvar, new_mutex, new_spinlock, pci,
+    new_condvar, new_mutex, new_spinlock,
+    page::PAGE_SHIFT,
+    pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, Mutex, SpinLock},
@@ -135,6 +137,8 @@ pub(crate) struct Inner {
     handles: RBTree<u64, Handle>,
     /// Handle nodes' memory kept from unpins for the next pins (at most [`SPARE_HANDLES`]).
     spare_handles: KVec<RBTreeNodeReservation<u64, Handle>>,
+    /// How handles are numbered, and the next one.
+    numbering: Numbering,
     next_handle: u64,
     stats: Stats,
     closed: bool,
@@ -293,6 +297,55 @@ fn tree_index(kind: PinKind) -> usize {
 /// turn allocates nothing for its handles.
 const SPARE_HANDLES: usize = 8;
 
+/// How a context numbers its handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Numbering {
+    /// 1, 2, 3, ...: `/dev/gdrpeer` (whose mmap offsets hold the handle in their high bits)
+    /// and the kernel API.
+    Counted,
+    /// gdrdrv's numbering: a handle is also the mmap offset, in pages, of its window's first
+    /// byte, so each handle is followed by room for its window's pages (at least one) and the
+    /// offsets of live handles never overlap. Handles start at 0 and stay below
+    /// [`PAGE_OFFSET_HANDLES`], which libgdrapi's 32-bit handle can hold: once the next one
+    /// would not fit, a pin takes the first gap among the live handles that its window fits.
+    PageOffsets,
+}
+
+/// The handles [`Numbering::PageOffsets`] gives out: `[0, 2^32)`, as libgdrapi keeps a
+/// handle in 32 bits.
+pub(crate) const PAGE_OFFSET_HANDLES: u64 = 1 << 32;
+
+/// The room a window takes among [`Numbering::PageOffsets`] handles: its pages, at least one.
+fn page_offset_span(window: &GpuRange) -> u64 {
+    (window.len() >> PAGE_SHIFT).max(1)
+}
+
+/// A [`Numbering::PageOffsets`] handle for a window of `span` pages below `limit`: `next`,
+/// the number after the last one given, while `span` pages from it fit below `limit`; else
+/// the first number from 0 followed by `span` pages that no live handle takes (`live`: the
+/// live handles and their spans, in ascending order); `None` when there is no such room.
+fn page_offset_handle(
+    next: u64,
+    span: u64,
+    live: impl Iterator<Item = (u64, u64)>,
+    limit: u64,
+) -> Option<u64> {
+    if limit.checked_sub(next).is_some_and(|room| room >= span) {
+        return Some(next);
+    }
+    let mut free = 0;
+    for (handle, taken) in live {
+        if handle - free >= span {
+            return Some(free);
+        }
+        free = handle + taken;
+    }
+    limit
+        .checked_sub(free)
+        .is_some_and(|room| room >= span)
+        .then_some(free)
+}
+
 /// What PIN reports about a new handle.
 pub(crate) struct PinInfo {
     pub(crate) handle: u64,
@@ -314,6 +367,8 @@ pub(crate) struct HandleInfo {
     pub(crate) region: GpuRange,
     pub(crate) kind: PinKind,
     pub(crate) revoked: bool,
+    /// Whether NVIDIA's table says the CPU may cache the pages.
+    pub(crate) cpu_cacheable: bool,
 }
 
 impl Context {
@@ -323,7 +378,13 @@ impl Context {
     /// A context with events removes a handle's notifier under [`Context::inner`], which
     /// waits for a free callback calling it: so no notifier on its regions may take that lock
     /// (the kernel API's invalidate callbacks may, and its contexts have no events).
-    pub(crate) fn new(env: &'static Env, with_events: bool) -> Result<Arc<Self>> {
+    ///
+    /// `numbering` says how its handles are numbered.
+    pub(crate) fn new(
+        env: &'static Env,
+        with_events: bool,
+        numbering: Numbering,
+    ) -> Result<Arc<Self>> {
         let events = if with_events {
             Some(Events::new()?)
         } else {
@@ -340,7 +401,11 @@ impl Context {
                         lru: List::new(),
                         handles: RBTree::new(),
                         spare_handles: KVec::new(),
-                        next_handle: 1,
+                        numbering,
+                        next_handle: match numbering {
+                            Numbering::Counted => 1,
+                            Numbering::PageOffsets => 0,
+                        },
                         stats: Stats::default(),
                         closed: false,
                     },
@@ -388,29 +453,32 @@ impl Context {
     ) -> Result<PinInfo> {
         let mut inner = self.inner.lock();
         let region = self.acquire(&mut inner, range, kind, sharing, tokens)?;
-        let handle = inner.next_handle;
-        let node = inner.handle_node().and_then(|node| {
+        let node = inner.new_handle(&range).and_then(|handle| {
+            let node = inner.handle_node()?;
             let event = self.watch(handle, &region)?;
-            Ok(node.into_node(
+            Ok((
                 handle,
-                Handle {
-                    region: region.clone(),
-                    window: range,
-                    mappings: None,
-                    event,
-                },
+                node.into_node(
+                    handle,
+                    Handle {
+                        region: region.clone(),
+                        window: range,
+                        mappings: None,
+                        event,
+                    },
+                ),
             ))
         });
-        match node {
-            Ok(node) => {
+        let handle = match node {
+            Ok((handle, node)) => {
                 inner.handles.insert(node);
+                handle
             }
             Err(e) => {
                 self.drop_ref(&mut inner, &region);
                 return Err(e);
             }
-        }
-        inner.next_handle += 1;
+        };
         inner.stats.handles += 1;
         inner.trim(&params::limits());
         Ok(PinInfo {
@@ -733,6 +801,7 @@ impl Context {
                 region: *region.pinned.range(),
                 kind: region.pinned.kind(),
                 revoked: region.pinned.is_revoked(),
+                cpu_cacheable: region.pinned.cpu_cacheable(),
             })
         })
     }
@@ -1059,6 +1128,29 @@ impl Inner {
         drop(unsafe { self.lru.remove(region) });
     }
 
+    /// The number of a new handle of `window` ([`Numbering`]), which the caller inserts
+    /// before the lock is released. -ENOMEM when no room for `window` is left among
+    /// [`Numbering::PageOffsets`] handles (as gdrdrv, whose handles run out the same way).
+    fn new_handle(&mut self, window: &GpuRange) -> Result<u64> {
+        let handle = match self.numbering {
+            Numbering::Counted => self.next_handle,
+            Numbering::PageOffsets => page_offset_handle(
+                self.next_handle,
+                page_offset_span(window),
+                self.handles
+                    .iter()
+                    .map(|(&h, handle)| (h, page_offset_span(&handle.window))),
+                PAGE_OFFSET_HANDLES,
+            )
+            .ok_or(ENOMEM)?,
+        };
+        self.next_handle = match self.numbering {
+            Numbering::Counted => handle + 1,
+            Numbering::PageOffsets => handle + page_offset_span(window),
+        };
+        Ok(handle)
+    }
+
     /// Memory for a new handle's node: one kept from an unpin, or a new allocation.
     fn handle_node(&mut self) -> Result<RBTreeNodeReservation<u64, Handle>> {
         match self.spare_handles.pop() {
@@ -1164,5 +1256,42 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+#[kernel::prelude::kunit_tests(gdrpeer_handles)]
+mod tests {
+    use super::page_offset_handle;
+
+    /// `page_offset_handle` with live handles `live` ((handle, span), ascending).
+    fn handle(next: u64, span: u64, live: &[(u64, u64)], limit: u64) -> Option<u64> {
+        page_offset_handle(next, span, live.iter().copied(), limit)
+    }
+
+    #[test]
+    fn next_while_it_fits() {
+        assert_eq!(handle(0, 16, &[], 100), Some(0));
+        assert_eq!(handle(16, 16, &[(0, 16)], 100), Some(16));
+        assert_eq!(handle(84, 16, &[(0, 16)], 100), Some(84));
+    }
+
+    #[test]
+    fn past_the_limit_the_first_room_that_fits() {
+        // The room before the first live handle.
+        assert_eq!(handle(90, 16, &[(20, 5), (60, 30)], 100), Some(0));
+        // Between live handles, the room ending exactly at the next one.
+        assert_eq!(handle(90, 16, &[(0, 5), (21, 5), (60, 30)], 100), Some(5));
+        assert_eq!(handle(90, 30, &[(0, 5), (21, 5), (60, 30)], 100), Some(26));
+        // After the last one.
+        assert_eq!(handle(95, 8, &[(0, 90)], 100), Some(90));
+        // Every live handle unpinned: from 0 again.
+        assert_eq!(handle(99, 16, &[], 100), Some(0));
+    }
+
+    #[test]
+    fn no_room_is_none() {
+        assert_eq!(handle(90, 16, &[(0, 50), (60, 40)], 100), None);
+        assert_eq!(handle(0, 101, &[], 100), None);
+        assert_eq!(handle(200, 1, &[(0, 100)], 100), None);
     }
 }

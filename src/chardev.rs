@@ -29,9 +29,9 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Sharing},
+    cache::{Context, Numbering, Sharing},
     export::{Export, Window},
-    files::{self, CpuMap, OpenFile},
+    files::{self, CpuMap, MapAt, OpenFile, MMAP_HANDLE_SHIFT_PAGES},
     fops::{self, PollOps, Pollable},
     nv_p2p::{self, PinKind, Tokens},
     params,
@@ -77,7 +77,7 @@ pub(crate) struct GdrpeerFile {
 impl GdrpeerFile {
     fn new(chardev: &Chardev) -> Result<Self> {
         let mut me = GdrpeerFile {
-            open: OpenFile::new()?,
+            open: OpenFile::new(Numbering::Counted)?,
             debugfs: None,
         };
         // debugfs is a debugging aid: a file without it still works.
@@ -123,7 +123,8 @@ impl MiscDevice for GdrpeerFile {
     /// Maps a handle's window: the offset is `GDRPEER_MMAP_OFFSET(handle, off)`; cached
     /// where NVIDIA's table allows it.
     fn mmap(me: &GdrpeerFile, file: &File, vma: &VmaNew) -> Result {
-        CpuMap::install(&me.open.ctx, file, vma, true).map(|_| ())
+        let at = MapAt::gdrpeer(crate::vma::pgoff(vma) as u64);
+        CpuMap::install(&me.open.ctx, file, vma, at, true).map(|_| ())
     }
 
     /// Reads the file's invalidation events.
@@ -231,7 +232,11 @@ fn unpin(ctx: &Context, file: &File, user: UserSlice) -> Result {
     if u.pad != 0 {
         return Err(EINVAL);
     }
-    ctx.unpin(u.handle, || files::unmap_handle(file, u.handle))
+    // The whole of the handle's offsets: only its mappings lie there.
+    let base = (u.handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
+    ctx.unpin(u.handle, || {
+        files::unmap_handle(file, base, 1 << MMAP_HANDLE_SHIFT_PAGES)
+    })
 }
 
 fn info(ctx: &Context, user: UserSlice) -> Result {

@@ -5,9 +5,10 @@
 //! mappings of a handle's window ([`CpuMap`]) and the reading and polling of invalidation
 //! events ([`read_events`], [`poll_events`]).
 //!
-//! Both devices encode a handle in the mmap offset the same way: the handle shifted by
-//! `GDRPEER_MMAP_HANDLE_SHIFT` bits, plus the byte offset in the window (a gdrdrv handle is
-//! the gdrpeer handle shifted to make that offset in pages).
+//! Each device lays its handles out in the mmap offsets its own way ([`MapAt`]):
+//! `/dev/gdrpeer` puts the handle in the offset's high bits (`GDRPEER_MMAP_HANDLE_SHIFT`) and
+//! the byte in the window in the low ones; on `/dev/gdrdrv` a handle is itself the offset in
+//! pages of its window, as gdrdrv numbers them ([`crate::cache::Numbering::PageOffsets`]).
 
 use kernel::{
     bindings,
@@ -23,7 +24,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Mappings, Notifier, Region},
+    cache::{Context, Mappings, Notifier, Numbering, Region},
     env::Env,
     events::Read,
     range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
@@ -87,13 +88,13 @@ pub(crate) struct OpenFile {
 }
 
 impl OpenFile {
-    /// The state of a file being opened.
-    pub(crate) fn new() -> Result<Self> {
+    /// The state of a file being opened, whose handles are numbered as `numbering` says.
+    pub(crate) fn new(numbering: Numbering) -> Result<Self> {
         let env = Env::get()?;
         Ok(OpenFile {
             env,
             module_ref: FileModuleRef::new(env)?,
-            ctx: Context::new(env, true)?,
+            ctx: Context::new(env, true, numbering)?,
         })
     }
 
@@ -111,9 +112,32 @@ impl OpenFile {
     }
 }
 
-/// `GDRPEER_MMAP_HANDLE_SHIFT` in pages: a mapping's file offset in pages is the handle
-/// shifted by this, plus the page in the window.
+/// `GDRPEER_MMAP_HANDLE_SHIFT` in pages: a `/dev/gdrpeer` mapping's file offset in pages is
+/// the handle shifted by this, plus the page in the window.
 pub(crate) const MMAP_HANDLE_SHIFT_PAGES: u32 = uapi::MMAP_HANDLE_SHIFT - PAGE_SHIFT as u32;
+
+/// Where a new mapping lies among its file's offsets, as its device lays handles out.
+pub(crate) struct MapAt {
+    /// The handle it maps.
+    pub(crate) handle: u64,
+    /// The byte of the handle's window it starts at (a multiple of the page size).
+    pub(crate) offset: u64,
+    /// The file offset, in pages, of the window's first byte.
+    pub(crate) base: usize,
+}
+
+impl MapAt {
+    /// A mapping of `/dev/gdrpeer` at file offset `pgoff` (in pages):
+    /// `GDRPEER_MMAP_OFFSET(handle, offset)`.
+    pub(crate) fn gdrpeer(pgoff: u64) -> Self {
+        let handle = pgoff >> MMAP_HANDLE_SHIFT_PAGES;
+        MapAt {
+            handle,
+            offset: (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT,
+            base: (handle << MMAP_HANDLE_SHIFT_PAGES) as usize,
+        }
+    }
+}
 
 /// A CPU mapping of a handle's window: what one mmap call made, shared by the vmas it
 /// becomes (split, moved); dropped with the last of them (munmap, exit).
@@ -148,6 +172,7 @@ impl CpuMap {
         ctx: &Context,
         file: &File,
         vma: &VmaNew,
+        at: MapAt,
         allow_cached: bool,
     ) -> Result<Caching> {
         if !ctx.is_owner() {
@@ -156,17 +181,18 @@ impl CpuMap {
         if !vma::is_shared(vma) {
             return Err(EINVAL);
         }
-        let pgoff = vma::pgoff(vma) as u64;
-        let handle = pgoff >> MMAP_HANDLE_SHIFT_PAGES;
-        let offset = (pgoff & ((1 << MMAP_HANDLE_SHIFT_PAGES) - 1)) << PAGE_SHIFT;
+        let MapAt {
+            handle,
+            offset,
+            base,
+        } = at;
         let len = (vma.end() - vma.start()) as u64;
         let (region, window, mappings) = ctx.map_handle(handle)?;
         // Until the mapping is complete, an early return puts it back.
         let mappings = ScopeGuard::new_with_data(mappings, |mappings| mappings.put());
-        if offset + len > window.len() {
+        if offset.checked_add(len).is_none_or(|end| end > window.len()) {
             return Err(EINVAL);
         }
-        let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
         let zap = Zap {
             file: ARef::from(file),
             base,
@@ -251,13 +277,12 @@ impl Notifier for Zap {
     }
 }
 
-/// Zaps every mapping of `handle` of `file`, for [`Context::unpin`] (whose lock it runs
-/// under: `unmap_mapping_pages` takes the file's `i_mmap_rwsem` and page-table locks, never a
+/// Zaps every mapping of `file` within `pages` pages of file offsets from `base`: those of
+/// a handle being unpinned, for [`Context::unpin`] (whose lock it runs under:
+/// `unmap_mapping_pages` takes the file's `i_mmap_rwsem` and page-table locks, never a
 /// `mmap_lock`).
-pub(crate) fn unmap_handle(file: &File, handle: u64) {
-    // The whole of the handle's offsets: only its mappings lie there.
-    let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
-    vma::unmap_file_pages(file, base, 1 << MMAP_HANDLE_SHIFT_PAGES);
+pub(crate) fn unmap_handle(file: &File, base: usize, pages: usize) {
+    vma::unmap_file_pages(file, base, pages);
 }
 
 /// How a mapping of `region` is cached: cached only if the caller allows it and NVIDIA's

@@ -5,24 +5,28 @@
 //! unchanged. The ABI is in `include/uapi/gdrpeer-gdrdrv.h`; Documentation/gdrdrv.rst says
 //! where gdrpeer differs from gdrdrv on purpose.
 //!
-//! Each open file is a [`Context`] of the opening process, as on `/dev/gdrpeer`; a gdrdrv
-//! handle is the context's handle shifted so that `handle << PAGE_SHIFT`, the mmap offset
-//! libgdrapi uses, is `GDRPEER_MMAP_OFFSET(handle, 0)`: both devices map through the same
-//! [`CpuMap`], and the offsets of different pins never overlap. Pins are callback pins:
-//! UNPIN is lazy (the region stays cached for the next PIN), a mapping is withdrawn when the
-//! memory is freed, and the file reports revocations as events. Every ioctl, mmap and read
-//! must come from the opening process (-EACCES).
+//! Each open file is a [`Context`] of the opening process, as on `/dev/gdrpeer`, whose
+//! handles are numbered as gdrdrv numbers them ([`Numbering::PageOffsets`]): a handle is also
+//! the mmap offset in pages (`handle << PAGE_SHIFT` in bytes) of its window, handles start
+//! at 0, each is followed by room for its window's pages, and all stay below 2^32, since
+//! libgdrapi keeps a handle in 32 bits. Pins are callback pins: UNPIN is lazy (the region
+//! stays cached for the next PIN), a mapping is withdrawn when the memory is freed, and the
+//! file reports revocations as events. Every ioctl, mmap and read must come from the opening
+//! process (-EACCES). REQ_MAPPING_TYPE and mmap check what gdrdrv checks, in its order
+//! (Documentation/gdrdrv.rst): one mapping per handle, of a pin that starts on a GPU page,
+//! from the window's first byte.
 //!
 //! The device is registered only when `gdrdrv=1` (the default) and no `/dev/gdrdrv` exists:
 //! gdrcopy's own driver may be loaded.
 
 use kernel::{
     fs::{File, Kiocb},
-    ioctl::{_IOC_NR, _IOC_TYPE, _IOWR},
+    ioctl::{_IOC_TYPE, _IOWR},
     iov::IovIterDest,
     miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
+    page::PAGE_SHIFT,
     prelude::*,
     rbtree::RBTree,
     sync::{poll::PollTable, Mutex},
@@ -32,14 +36,14 @@ use kernel::{
 };
 
 use crate::{
-    cache::Sharing,
-    files::{self, CpuMap, OpenFile, MMAP_HANDLE_SHIFT_PAGES},
+    cache::{Numbering, Sharing},
+    files::{self, CpuMap, MapAt, OpenFile},
     fops::{self, PollOps, Pollable},
     nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
-    sys, uapi,
-    vma::Caching,
+    sys,
+    vma::{self, Caching},
 };
 
 #[allow(
@@ -192,7 +196,8 @@ impl Gdrdrv {
 
 /// What gdrdrv keeps per handle beyond the engine's.
 struct Extra {
-    /// The mapping type REQ_MAPPING_TYPE asked for (`GDRDRV_MAPPING_TYPE_*`).
+    /// The mapping type REQ_MAPPING_TYPE asked for (`GDRDRV_MAPPING_TYPE_*`): NONE, the
+    /// default, lets the mmap choose.
     mapping_type: u32,
     /// The type the last mmap got, which GET_INFO(_V2) report while a mapping lives.
     mapped_type: u32,
@@ -203,7 +208,7 @@ struct Extra {
 /// The state of one open file of `/dev/gdrdrv`.
 pub(crate) struct GdrdrvFile {
     open: OpenFile,
-    /// Per context handle. Taken after `Context::inner` is released, never with it.
+    /// Per handle. Taken after `Context::inner` is released, never with it.
     extra: Pin<KBox<Mutex<RBTree<u64, Extra>>>>,
 }
 
@@ -218,7 +223,7 @@ impl MiscDevice for GdrdrvFile {
         let dev = unsafe { &*kernel::container_of!(misc, Gdrdrv, misc) };
         let me = KBox::new(
             GdrdrvFile {
-                open: OpenFile::new()?,
+                open: OpenFile::new(Numbering::PageOffsets)?,
                 extra: KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?,
             },
             GFP_KERNEL,
@@ -232,17 +237,33 @@ impl MiscDevice for GdrdrvFile {
         KBox::into_inner(me).open.release();
     }
 
-    /// Maps a handle at `handle << PAGE_SHIFT` (plus an offset in its window, which gdrdrv
-    /// does not allow): write-combining, or cached where REQ_MAPPING_TYPE asked for it and
-    /// NVIDIA's table allows it.
+    /// Maps a handle from the first byte of its window, at file offset `handle << PAGE_SHIFT`:
+    /// write-combining, or cached where NVIDIA's table allows it and REQ_MAPPING_TYPE asked
+    /// for CACHING or left the choice to the driver (NONE).
+    ///
+    /// gdrdrv's checks, in its order: another process than the opener -EACCES; an unknown
+    /// handle, one mapped already, one called back, a pin that does not start on a GPU page,
+    /// or a mapping longer than the window -EINVAL.
     fn mmap(me: &GdrdrvFile, file: &File, vma: &VmaNew) -> Result {
-        let handle = (crate::vma::pgoff(vma) as u64) >> MMAP_HANDLE_SHIFT_PAGES;
-        let cached = me
-            .extra
-            .lock()
-            .get(&handle)
-            .is_some_and(|x| x.mapping_type == abi::GDRDRV_MAPPING_TYPE_CACHING);
-        let caching = CpuMap::install(&me.open.ctx, file, vma, cached)?;
+        let ctx = &me.open.ctx;
+        if !ctx.is_owner() {
+            return Err(EACCES);
+        }
+        let pgoff = vma::pgoff(vma);
+        let handle = pgoff as u64;
+        let info = ctx.info(handle)?;
+        // mmap runs under the caller's mmap_lock, and only the opener may map: no other
+        // mapping of the handle can be made between this check and the install.
+        if ctx.is_mapped(handle)? || info.revoked || info.window.offset() != 0 {
+            return Err(EINVAL);
+        }
+        let asked = me.extra.lock().get(&handle).ok_or(EINVAL)?.mapping_type;
+        let at = MapAt {
+            handle,
+            offset: 0,
+            base: pgoff,
+        };
+        let caching = CpuMap::install(ctx, file, vma, at, asked != abi::GDRDRV_MAPPING_TYPE_WC)?;
         if let Some(x) = me.extra.lock().get_mut(&handle) {
             x.mapped_type = match caching {
                 Caching::Cached => abi::GDRDRV_MAPPING_TYPE_CACHING,
@@ -252,38 +273,24 @@ impl MiscDevice for GdrdrvFile {
         Ok(())
     }
 
-    /// Reads the file's invalidation events, with gdrdrv handles.
+    /// Reads the file's invalidation events.
     fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
         let wait = fops::may_block(&kiocb);
-        files::read_events(&kiocb.file().open.ctx, iov, wait, |h| {
-            h << MMAP_HANDLE_SHIFT_PAGES
-        })
+        files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
     }
 
     fn ioctl(me: &GdrdrvFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
+        // As gdrdrv: a command of another driver is refused, then a caller that is not the
+        // opener, whatever the command.
         if _IOC_TYPE(cmd) != MAGIC {
-            return Err(ENOTTY);
-        }
-        let known = [
-            IOC_PIN_BUFFER,
-            IOC_UNPIN_BUFFER,
-            IOC_GET_CB_FLAG,
-            IOC_GET_INFO,
-            IOC_GET_INFO_V2,
-            IOC_GET_ATTR,
-            IOC_PIN_BUFFER_V2,
-            IOC_REQ_MAPPING_TYPE,
-            IOC_GET_VERSION,
-        ];
-        if !known.contains(&cmd) {
             return Err(ENOTTY);
         }
         if !me.open.ctx.is_owner() {
             return Err(EACCES);
         }
         let arg = UserPtr::from_addr(arg);
-        match _IOC_NR(cmd) {
-            1 => me.pin_ioctl(arg, |p: &mut PinBuffer| {
+        match cmd {
+            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| {
                 let tokens = Tokens {
                     p2p_token: p.p2p_token,
                     va_space: p.va_space,
@@ -291,42 +298,45 @@ impl MiscDevice for GdrdrvFile {
                 p.handle = me.pin(p.addr, p.size, Sharing::Cached, tokens)?;
                 Ok(p.handle)
             }),
-            7 => me.pin_ioctl(arg, |p: &mut PinBufferV2| {
-                p.handle = me.pin(p.addr, p.size, pin_v2_sharing(p.flags)?, Tokens::default())?;
+            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| {
+                let sharing = pin_v2_sharing(p.flags)?;
+                p.handle = me.pin(p.addr, p.size, sharing, Tokens::default())?;
                 Ok(p.handle)
             }),
-            2 => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
-            3 => update(arg, |c: &mut GetCbFlag| {
-                let h = from_gdrdrv(c.handle)?;
-                c.flag = me.open.ctx.info(h)?.revoked.into();
+            IOC_UNPIN_BUFFER => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
+            IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| {
+                c.flag = me.open.ctx.info(c.handle)?.revoked.into();
                 Ok(())
             }),
-            4 => update(arg, |i: &mut GetInfo| {
+            IOC_GET_INFO => update(arg, |i: &mut GetInfo| {
                 let ty = fill_info!(me, i);
-                i.mapped = me.open.ctx.is_mapped(from_gdrdrv(i.handle)?)?.into();
+                i.mapped = (ty != abi::GDRDRV_MAPPING_TYPE_NONE).into();
                 i.wc_mapping = (ty == abi::GDRDRV_MAPPING_TYPE_WC).into();
                 Ok(())
             }),
-            5 => update(arg, |i: &mut GetInfoV2| {
+            IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| {
                 i.mapping_type = fill_info!(me, i);
                 Ok(())
             }),
-            6 => update(arg, |a: &mut GetAttr| {
-                a.val = match a.attr {
-                    // Callback pins: revocable, and P2P tokens are honoured.
-                    abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
-                    // Forcing PCIe needs the persistent API's flag (Documentation/gdrdrv.rst).
-                    abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
-                    _ => return Err(EINVAL),
-                };
-                Ok(())
-            }),
-            8 => update(arg, |r: &mut ReqMappingType| me.req_mapping_type(r)),
-            _ => update(arg, |v: &mut GetVersion| {
+            IOC_GET_ATTR => {
+                update(arg, |a: &mut GetAttr| {
+                    a.val = match a.attr {
+                        // Callback pins: revocable, and P2P tokens are honoured.
+                        abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
+                        // Forcing PCIe needs the persistent API's flag (gdrdrv.rst).
+                        abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
+                        _ => return Err(EINVAL),
+                    };
+                    Ok(())
+                })
+            }
+            IOC_REQ_MAPPING_TYPE => update(arg, |r: &mut ReqMappingType| me.req_mapping_type(r)),
+            IOC_GET_VERSION => update(arg, |v: &mut GetVersion| {
                 v.gdrdrv_version = abi::GDRDRV_VERSION;
                 v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
                 Ok(())
             }),
+            _ => Err(ENOTTY),
         }
         .map(|()| 0)
     }
@@ -351,15 +361,13 @@ impl GdrdrvFile {
         let mut v: T = reader.read()?;
         let handle = pin(&mut v)?;
         writer.write(&v).inspect_err(|_| {
-            if let Ok(h) = from_gdrdrv(handle) {
-                let _ = self.open.ctx.unpin(h, || {});
-                self.extra.lock().remove(&h);
-            }
+            let _ = self.open.ctx.unpin(handle, || {});
+            self.extra.lock().remove(&handle);
         })
     }
 
     /// PIN_BUFFER(_V2): pins `[addr, addr + size)` rounded to 64 KiB pages; returns the
-    /// gdrdrv handle.
+    /// handle. -ENOMEM when the file has no room left for the window among its handles.
     fn pin(&self, addr: u64, size: u64, sharing: Sharing, tokens: Tokens) -> Result<u64> {
         let range = GpuRange::new(addr, size, params::max_pin_bytes())?;
         let start = Instant::<Monotonic>::now();
@@ -368,30 +376,34 @@ impl GdrdrvFile {
             .ctx
             .pin(range, PinKind::Callback, sharing, tokens)?;
         let pin_ns = start.elapsed().as_nanos() as u64;
-        let kept = to_gdrdrv(info.handle).and_then(|handle| {
-            self.extra.lock().try_create_and_insert(
+        self.extra
+            .lock()
+            .try_create_and_insert(
                 info.handle,
                 Extra {
-                    mapping_type: abi::GDRDRV_MAPPING_TYPE_WC,
+                    mapping_type: abi::GDRDRV_MAPPING_TYPE_NONE,
                     mapped_type: abi::GDRDRV_MAPPING_TYPE_NONE,
                     pin_ns,
                 },
                 GFP_KERNEL,
-            )?;
-            Ok(handle)
-        });
-        // The caller cannot use the handle: do not keep it (nothing maps it yet).
-        kept.inspect_err(|_| {
-            let _ = self.open.ctx.unpin(info.handle, || {});
-        })
+            )
+            // The caller cannot use the handle: do not keep it (nothing maps it yet).
+            .inspect_err(|_| {
+                let _ = self.open.ctx.unpin(info.handle, || {});
+            })?;
+        Ok(info.handle)
     }
 
     /// UNPIN_BUFFER: ends and zaps the handle's mappings, then drops it (lazily: its region
     /// stays cached).
     fn unpin(&self, file: &File, handle: u64) -> Result {
-        let h = from_gdrdrv(handle)?;
-        self.open.ctx.unpin(h, || files::unmap_handle(file, h))?;
-        self.extra.lock().remove(&h);
+        let pages = self.open.ctx.info(handle)?.window.len() >> PAGE_SHIFT;
+        // The handle's offsets: only its mappings lie there.
+        let (base, pages) = (handle as usize, pages as usize);
+        self.open
+            .ctx
+            .unpin(handle, || files::unmap_handle(file, base, pages))?;
+        self.extra.lock().remove(&handle);
         Ok(())
     }
 
@@ -399,11 +411,10 @@ impl GdrdrvFile {
     /// has no mapping, else the type its last mmap got (as gdrdrv, whose `mapped` libgdrapi
     /// derives from it).
     fn info(&self, handle: u64) -> Result<(GpuRange, u64, u32)> {
-        let h = from_gdrdrv(handle)?;
-        let info = self.open.ctx.info(h)?;
-        let mapped = self.open.ctx.is_mapped(h)?;
+        let info = self.open.ctx.info(handle)?;
+        let mapped = self.open.ctx.is_mapped(handle)?;
         let extra = self.extra.lock();
-        let x = extra.get(&h).ok_or(EINVAL)?;
+        let x = extra.get(&handle).ok_or(EINVAL)?;
         let ty = if mapped {
             x.mapped_type
         } else {
@@ -412,19 +423,32 @@ impl GdrdrvFile {
         Ok((info.window, x.pin_ns, ty))
     }
 
-    /// REQ_MAPPING_TYPE: the type the next mmap of the handle gets. WC and CACHING are
-    /// accepted (CACHING is honoured only where NVIDIA's table allows it: GET_INFO_V2 says
-    /// what was used); NONE and DEVICE are not mapping types gdrpeer makes: -EINVAL.
+    /// REQ_MAPPING_TYPE: the type the handle's next mmap gets, with gdrdrv's answers in its
+    /// order: a type outside NONE..DEVICE -EINVAL; an unknown handle -EINVAL; a handle
+    /// mapped now -EBUSY; CACHING of memory NVIDIA's table does not let the CPU cache
+    /// -EOPNOTSUPP; DEVICE -EOPNOTSUPP (for platforms that must map GPU memory as device
+    /// memory, which gdrpeer does not build for). NONE leaves the choice to the mmap.
     fn req_mapping_type(&self, r: &ReqMappingType) -> Result {
-        let h = from_gdrdrv(r.handle)?;
-        if !matches!(
-            r.mapping_type,
-            abi::GDRDRV_MAPPING_TYPE_WC | abi::GDRDRV_MAPPING_TYPE_CACHING
-        ) {
+        let ty = r.mapping_type;
+        if ty > abi::GDRDRV_MAPPING_TYPE_DEVICE {
             return Err(EINVAL);
         }
-        let mut extra = self.extra.lock();
-        extra.get_mut(&h).ok_or(EINVAL)?.mapping_type = r.mapping_type;
+        let info = self.open.ctx.info(r.handle)?;
+        if self.open.ctx.is_mapped(r.handle)? {
+            return Err(EBUSY);
+        }
+        match ty {
+            abi::GDRDRV_MAPPING_TYPE_CACHING if !info.cpu_cacheable => {
+                return Err(sys::eopnotsupp())
+            }
+            abi::GDRDRV_MAPPING_TYPE_DEVICE => return Err(sys::eopnotsupp()),
+            _ => {}
+        }
+        self.extra
+            .lock()
+            .get_mut(&r.handle)
+            .ok_or(EINVAL)?
+            .mapping_type = ty;
         Ok(())
     }
 }
@@ -437,24 +461,6 @@ fn pin_v2_sharing(flags: u32) -> Result<Sharing> {
         abi::GDRDRV_PIN_FLAG_GDRPEER_NOCACHE => Ok(Sharing::Private),
         _ => Err(EINVAL),
     }
-}
-
-/// The gdrdrv handle of a context handle: `handle << PAGE_SHIFT` is the mmap offset of its
-/// window. -ENOSPC past the handles an mmap offset can name.
-fn to_gdrdrv(handle: u64) -> Result<u64> {
-    if handle >= 1 << (64 - uapi::MMAP_HANDLE_SHIFT) {
-        return Err(ENOSPC);
-    }
-    Ok(handle << MMAP_HANDLE_SHIFT_PAGES)
-}
-
-/// The context handle of a gdrdrv handle; -EINVAL for one no pin was given.
-fn from_gdrdrv(handle: u64) -> Result<u64> {
-    let h = handle >> MMAP_HANDLE_SHIFT_PAGES;
-    if h == 0 || h << MMAP_HANDLE_SHIFT_PAGES != handle {
-        return Err(EINVAL);
-    }
-    Ok(h)
 }
 
 /// Runs an ioctl on its argument struct: reads the whole struct (whatever size the command

@@ -33,7 +33,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Notifier, Region},
+    cache::{Context, Notifier, Numbering, Region},
     env::Env,
     export::{Export, Window},
     params,
@@ -121,7 +121,7 @@ extern "C" fn gdrpeer_rs_kapi_version() -> u32 {
 extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
     might_sleep();
     api_result((|| {
-        let ctx = Context::new(Env::get()?, false)?;
+        let ctx = Context::new(Env::get()?, false, Numbering::Counted)?;
         Ok(KBox::into_raw(KBox::new(KapiCtx { ctx }, GFP_KERNEL)?).cast())
     })())
 }

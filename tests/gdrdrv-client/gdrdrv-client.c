@@ -2,8 +2,22 @@
 /*
  * gdrdrv-client: a client of /dev/gdrdrv written from the gdrdrv ABI as
  * libgdrapi's users know it (include/uapi/gdrpeer-gdrdrv.h), over the CUDA
- * driver API (the simulated libcuda in the test guest). It runs gdrcopy-style
- * sanity checks and prints one line per check:
+ * driver API (the simulated libcuda in the test guest). It maps as libgdrapi
+ * 2.6's default gdr_map() does (REQ_MAPPING_TYPE NONE, an mmap of the window
+ * from its first byte at offset handle << 12, then GET_INFO_V2), keeps each
+ * handle in 32 bits as libgdrapi does, and allocates GPU memory as gdrcopy's
+ * tests do: padded, so that a 64 KiB-aligned address fits in it.
+ *
+ * It runs gdrcopy-style sanity checks: version and attributes; pin, map and
+ * bytes through the mapping against cuMemcpyDtoH/HtoD; an unaligned pin and
+ * the second of two small buffers in one GPU page that pin but do not map;
+ * aligned small buffers; REQ_MAPPING_TYPE's answers; the mapping type the
+ * driver picks and one requested; mmap's refusals; handle numbering (from 0,
+ * spaced by the window's host pages, all below 2^32); two mappings with one
+ * buffer freed; close with a mapping live; SIGBUS after cuMemFree and after
+ * UNPIN; fork before and after map and a receiver of the file (EACCES); P2P
+ * tokens; a thread pinning; a re-pin served by the cache; one event per
+ * revocation. It prints one line per check:
  *
  *	PASS name
  *	FAIL name: why
@@ -13,7 +27,8 @@
  * survive fork): "gdrdrv-client --scenario NAME".
  *
  * Run with nvsim.ko and gdrpeer.ko loaded; reads nvsim's and gdrpeer's debugfs
- * counters (root).
+ * counters (root), and nvsim's "coherent" line for whether the memory is
+ * CPU-cacheable.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +36,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +54,9 @@
 
 #define GPU_PAGE 65536UL
 #define HOST_PAGE 4096UL
+#define HOST_PAGE_SHIFT 12
+/* A handle no pin of these checks gets (they start at 0 and stay small). */
+#define UNKNOWN_HANDLE 0xfffffff0U
 /*
  * CUDA carves allocations below 2 MiB out of shared blocks, so two of them may
  * share a GPU page, and freeing one revokes pins over the other's pages too.
@@ -81,6 +100,12 @@ static int cu(int r, const char *call)
 	return r == CUDA_SUCCESS ? 0 : fail("%s: CUresult %d", call, r);
 }
 
+/* A call's result for failure lines: "ok" or the errno's text. */
+static const char *err_str(int r)
+{
+	return r ? strerror(-r) : "ok";
+}
+
 static int open_gdrdrv(void)
 {
 	return open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
@@ -115,8 +140,46 @@ static long long gdrpeer_stat(const char *name)
 	return counter("/sys/kernel/debug/gdrpeer/stats", name);
 }
 
-static int pin_v2(int fd, unsigned long long addr, size_t size, __u32 flags,
-		  __u64 *handle)
+/* Whether nvsim simulates CPU-cacheable GPU memory (coherent=1): 1, 0, or FAIL and -1. */
+static int cpu_cacheable(void)
+{
+	long long c = nvsim_stat("coherent");
+
+	if (c < 0)
+		return fail("no \"coherent\" line in nvsim's stats");
+	return c != 0;
+}
+
+static unsigned long long gpu_round_up(unsigned long long n)
+{
+	return (n + GPU_PAGE - 1) & ~(GPU_PAGE - 1);
+}
+
+/* A handle's mmap offset, as gdr_map computes it from the 32-bit handle. */
+static off_t handle_offset(uint32_t handle)
+{
+	return (off_t)((__u64)handle << HOST_PAGE_SHIFT);
+}
+
+/*
+ * A PIN's handle as libgdrapi keeps it, in 32 bits. One that does not fit
+ * (which libgdrapi would silently truncate) is unpinned: -EOVERFLOW.
+ */
+static int keep_handle(int fd, __u64 h64, uint32_t *handle)
+{
+	struct gdrdrv_unpin_buffer u = { .handle = h64 };
+
+	if (h64 > UINT32_MAX) {
+		ioctl(fd, GDRDRV_IOC_UNPIN_BUFFER, &u);
+		return -EOVERFLOW;
+	}
+	*handle = (uint32_t)h64;
+	return 0;
+}
+
+/* PIN_BUFFER_V2 with the handle as the kernel wrote it, 64 bits. */
+static int pin_v2_raw(int fd, unsigned long long addr, size_t size, __u32 flags,
+		      __u64 *h64)
 {
 	struct gdrdrv_pin_buffer_v2 p = {
 		.addr = addr, .size = size, .flags = flags,
@@ -124,29 +187,123 @@ static int pin_v2(int fd, unsigned long long addr, size_t size, __u32 flags,
 
 	if (ioctl(fd, GDRDRV_IOC_PIN_BUFFER_V2, &p))
 		return -errno;
-	*handle = p.handle;
+	*h64 = p.handle;
 	return 0;
 }
 
-static int unpin(int fd, __u64 handle)
+static int pin_v2(int fd, unsigned long long addr, size_t size, __u32 flags,
+		  uint32_t *handle)
 {
-	struct gdrdrv_unpin_buffer u = { .handle = handle };
+	__u64 h64 = 0;
+	int r = pin_v2_raw(fd, addr, size, flags, &h64);
+
+	return r ? r : keep_handle(fd, h64, handle);
+}
+
+static int unpin(int fd, uint32_t handle)
+{
+	struct gdrdrv_unpin_buffer u = { .handle = (__u64)handle };
 
 	return ioctl(fd, GDRDRV_IOC_UNPIN_BUFFER, &u) ? -errno : 0;
 }
 
-static int info_v2(int fd, __u64 handle, struct gdrdrv_get_info_v2 *i)
+static int info_v2(int fd, uint32_t handle, struct gdrdrv_get_info_v2 *i)
 {
 	memset(i, 0, sizeof(*i));
-	i->handle = handle;
+	i->handle = (__u64)handle;
 	return ioctl(fd, GDRDRV_IOC_GET_INFO_V2, i) ? -errno : 0;
 }
 
-/* mmap as gdr_map does: the handle is the offset in pages. */
-static void *map(int fd, __u64 handle, size_t len, size_t off)
+static int info_v1(int fd, uint32_t handle, struct gdrdrv_get_info *i)
 {
-	return mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		    (off_t)(handle * HOST_PAGE + off));
+	memset(i, 0, sizeof(*i));
+	i->handle = (__u64)handle;
+	return ioctl(fd, GDRDRV_IOC_GET_INFO, i) ? -errno : 0;
+}
+
+static int req_mapping_type(int fd, uint32_t handle, __u32 type)
+{
+	struct gdrdrv_req_mapping_type r = {
+		.handle = (__u64)handle, .mapping_type = type,
+	};
+
+	return ioctl(fd, GDRDRV_IOC_REQ_MAPPING_TYPE, &r) ? -errno : 0;
+}
+
+/* A bare mmap at a file offset, for the cases gdr_map would not send. */
+static void *mmap_at(int fd, off_t off, size_t len, int flags)
+{
+	return mmap(NULL, len, PROT_READ | PROT_WRITE, flags, fd, off);
+}
+
+/* Which step of the last failed gdr_map failed, and the line to print. */
+enum map_step { MAP_STEP_REQ, MAP_STEP_MMAP, MAP_STEP_INFO, MAP_STEP_TYPE };
+static enum map_step map_step;
+static char map_why[96];
+
+/*
+ * libgdrapi 2.6's gdr_map_v2: REQ_MAPPING_TYPE `type` (NONE: the driver
+ * chooses), an mmap of the window from its first byte at offset handle << 12
+ * (`size` rounded up to 64 KiB), then GET_INFO_V2. Fails as the library does
+ * when the type reported is NONE (not mapped) or, for a request other than
+ * NONE, not the one asked for. Returns 0 with *ptr, or -errno (-EPROTO for the
+ * type) with map_step and map_why saying where.
+ */
+static int gdr_map_v2(int fd, uint32_t handle, size_t size, __u32 type, void **ptr)
+{
+	struct gdrdrv_get_info_v2 i;
+	size_t len = gpu_round_up(size);
+	void *m;
+	int r;
+
+	map_step = MAP_STEP_REQ;
+	r = req_mapping_type(fd, handle, type);
+	if (r) {
+		snprintf(map_why, sizeof(map_why), "REQ_MAPPING_TYPE %u: %s", type,
+			 strerror(-r));
+		return r;
+	}
+	map_step = MAP_STEP_MMAP;
+	m = mmap_at(fd, handle_offset(handle), len, MAP_SHARED);
+	if (m == MAP_FAILED) {
+		r = -errno;
+		snprintf(map_why, sizeof(map_why), "mmap of handle %u: %s", handle,
+			 strerror(-r));
+		return r;
+	}
+	map_step = MAP_STEP_INFO;
+	r = info_v2(fd, handle, &i);
+	if (r) {
+		snprintf(map_why, sizeof(map_why), "GET_INFO_V2: %s", strerror(-r));
+	} else if (i.mapping_type == GDRDRV_MAPPING_TYPE_NONE) {
+		map_step = MAP_STEP_TYPE;
+		snprintf(map_why, sizeof(map_why),
+			 "not mapped: GET_INFO_V2 says mapping type NONE after mmap");
+		r = -EPROTO;
+	} else if (type != GDRDRV_MAPPING_TYPE_NONE && i.mapping_type != type) {
+		map_step = MAP_STEP_TYPE;
+		snprintf(map_why, sizeof(map_why),
+			 "GET_INFO_V2 says mapping type %u, asked %u", i.mapping_type, type);
+		r = -EPROTO;
+	}
+	if (r) {
+		munmap(m, len);
+		return r;
+	}
+	*ptr = m;
+	return 0;
+}
+
+/* libgdrapi's default gdr_map: the driver chooses the mapping type. */
+static int gdr_map(int fd, uint32_t handle, size_t size, void **ptr)
+{
+	return gdr_map_v2(fd, handle, size, GDRDRV_MAPPING_TYPE_NONE, ptr);
+}
+
+/* libgdrapi's gdr_unmap. */
+static void gdr_unmap(void *ptr, size_t size)
+{
+	munmap(ptr, gpu_round_up(size));
 }
 
 static void pattern(unsigned char *p, size_t n, unsigned int seed)
@@ -175,23 +332,52 @@ static void from_map(unsigned char *dst, const unsigned char *src, size_t n)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
-/* A cuMemAlloc'd buffer, pinned and mapped whole, as a gdrcopy program does. */
+/*
+ * GPU memory as gdrcopy's tests allocate it: a cuMemAlloc padded by a GPU
+ * page, so that a 64 KiB-aligned range of the size asked for fits in it
+ * (small allocations are only 256-byte aligned, and gdrdrv maps only pins
+ * that start on a GPU page).
+ */
+struct dmem {
+	unsigned long long alloc;	/* what cuMemAlloc returned, for cuMemFree */
+	unsigned long long p;		/* the first 64 KiB-aligned address in it */
+};
+
+static int dmem_alloc(struct dmem *m, size_t size)
+{
+	if (cu(cuMemAlloc_v2(&m->alloc, gpu_round_up(size) + GPU_PAGE), "cuMemAlloc_v2"))
+		return -1;
+	m->p = gpu_round_up(m->alloc);
+	return 0;
+}
+
+static int dmem_free(struct dmem *m)
+{
+	return cu(cuMemFree_v2(m->alloc), "cuMemFree_v2");
+}
+
+/* A buffer, pinned and mapped as a gdrcopy program does (gdr_pin_buffer, gdr_map). */
 struct buf {
+	unsigned long long alloc;	/* the allocation to free, or 0 */
 	unsigned long long d;	/* the buffer */
 	size_t size;
-	__u64 handle;
+	uint32_t handle;	/* as libgdrapi keeps it */
 	struct gdrdrv_get_info_v2 info;
-	unsigned char *map;	/* the pinned window */
+	unsigned char *map;	/* the mapping, from the window's first byte */
+	size_t map_len;		/* its length: size rounded up to 64 KiB */
 	unsigned char *p;	/* the buffer in the mapping */
 };
 
-static int buf_pin_map(int fd, struct buf *b, unsigned long long d,
-		       size_t size, __u32 flags)
+/* Pins a buffer and checks the window GET_INFO_V2 reports. */
+static int buf_pin(int fd, struct buf *b, unsigned long long d, size_t size, __u32 flags)
 {
 	int r;
 
+	b->alloc = 0;
 	b->d = d;
 	b->size = size;
+	b->map = NULL;
+	b->map_len = gpu_round_up(size);
 	r = pin_v2(fd, d, size, flags, &b->handle);
 	if (r)
 		return fail("PIN_BUFFER_V2 of %zu bytes at %#llx: %s", size, d,
@@ -206,17 +392,32 @@ static int buf_pin_map(int fd, struct buf *b, unsigned long long d,
 			    (unsigned long long)b->info.va,
 			    (unsigned long long)b->info.mapped_size,
 			    b->info.page_size, d, size);
-	b->map = map(fd, b->handle, b->info.mapped_size, 0);
-	if (b->map == MAP_FAILED)
-		return fail("mmap of handle %llu: %s",
-			    (unsigned long long)b->handle, strerror(errno));
-	b->p = b->map + (d - b->info.va);
 	return 0;
+}
+
+/* gdr_map of a pinned buffer. */
+static int buf_map(int fd, struct buf *b)
+{
+	void *m;
+
+	if (gdr_map(fd, b->handle, b->size, &m))
+		return fail("gdr_map of handle %u: %s", b->handle, map_why);
+	b->map = m;
+	b->p = b->map + (b->d - b->info.va);
+	return 0;
+}
+
+static int buf_pin_map(int fd, struct buf *b, unsigned long long d,
+		       size_t size, __u32 flags)
+{
+	return buf_pin(fd, b, d, size, flags) ? -1 : buf_map(fd, b);
 }
 
 static void buf_unmap_unpin(int fd, struct buf *b)
 {
-	munmap(b->map, b->info.mapped_size);
+	if (b->map)
+		gdr_unmap(b->map, b->size);
+	b->map = NULL;
 	unpin(fd, b->handle);
 }
 
@@ -224,20 +425,22 @@ static void buf_unmap_unpin(int fd, struct buf *b)
 static int buf_free(int fd, struct buf *b)
 {
 	buf_unmap_unpin(fd, b);
-	return cu(cuMemFree_v2(b->d), "cuMemFree_v2");
+	return cu(cuMemFree_v2(b->alloc), "cuMemFree_v2");
 }
 
-/* Allocates `size` bytes and pins and maps the allocation's whole range. */
+/* Allocates `size` bytes 64 KiB-aligned, and pins and maps them. */
 static int alloc_pin_map(int fd, struct buf *b, size_t size)
 {
-	unsigned long long d, base;
-	size_t len;
+	struct dmem m;
 
-	if (cu(cuMemAlloc_v2(&d, size), "cuMemAlloc_v2"))
+	if (dmem_alloc(&m, size))
 		return -1;
-	if (cu(cuMemGetAddressRange_v2(&base, &len, d), "cuMemGetAddressRange_v2"))
+	if (buf_pin_map(fd, b, m.p, size, 0)) {
+		dmem_free(&m);
 		return -1;
-	return buf_pin_map(fd, b, base, len, 0);
+	}
+	b->alloc = m.alloc;
+	return 0;
 }
 
 /* Writes through the mapping and reads with cuMemcpyDtoH, then the reverse. */
@@ -270,6 +473,20 @@ out:
 	free(w);
 	free(r);
 	return ret;
+}
+
+/* One byte written through a mapping of `d`, read back there and with cuMemcpyDtoH. */
+static int byte_through(unsigned char *map, unsigned long long d, unsigned char v)
+{
+	unsigned char back = ~v;
+
+	__atomic_store_n(map, v, __ATOMIC_RELAXED);
+	__sync_synchronize();
+	if (__atomic_load_n(map, __ATOMIC_RELAXED) != v)
+		return fail("a byte written through the mapping reads back differently");
+	if (cuMemcpyDtoH_v2(&back, d, 1) != CUDA_SUCCESS || back != v)
+		return fail("cuMemcpyDtoH: %#x, written %#x", back, v);
+	return 0;
 }
 
 /* cuInit and device 0's primary context, current in this thread. */
@@ -334,28 +551,526 @@ static int check_pin_map_copy(void)
 	return ret;
 }
 
-/* Buffers that start inside a GPU page, smaller than a host page, across pages. */
-static int check_unaligned_and_small(void)
+/*
+ * gdrcopy's basic_unaligned_mapping: a buffer that does not start on a GPU
+ * page, pinned as is: the pin succeeds and covers the enclosing GPU pages,
+ * gdr_map fails (mmap -EINVAL).
+ */
+static int check_unaligned_pin_does_not_map(void)
 {
 	static const size_t offs[] = { 1, 5000, GPU_PAGE - 1, GPU_PAGE + 12345 };
 	static const size_t lens[] = { 1, 100, 2, 3 * HOST_PAGE };
-	unsigned long long d;
+	struct gdrdrv_get_info_v2 i;
+	struct dmem m;
+	struct buf b;
+	void *ptr;
+	int fd = open_gdrdrv(), ret = 0, r;
+	size_t k;
+
+	if (dmem_alloc(&m, 4 * GPU_PAGE))
+		return -1;
+	for (k = 0; k < ARRAY_SIZE(offs) && !ret; k++) {
+		ret = buf_pin(fd, &b, m.p + offs[k], lens[k], 0);
+		if (ret)
+			break;
+		r = gdr_map(fd, b.handle, lens[k], &ptr);
+		if (!r) {
+			gdr_unmap(ptr, lens[k]);
+			ret = fail("gdr_map of a pin at GPU page offset %#zx succeeded",
+				   (size_t)((m.p + offs[k]) & (GPU_PAGE - 1)));
+		} else if (r != -EINVAL || map_step != MAP_STEP_MMAP) {
+			ret = fail("gdr_map of a pin at offset %#zx: %s, not mmap EINVAL",
+				   offs[k], map_why);
+		} else if (info_v2(fd, b.handle, &i) ||
+			   i.mapping_type != GDRDRV_MAPPING_TYPE_NONE) {
+			ret = fail("GET_INFO_V2 after the refused map: type %u",
+				   i.mapping_type);
+		}
+		unpin(fd, b.handle);
+	}
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/*
+ * gdrcopy's basic_small_buffers_mapping: two small buffers in one GPU page.
+ * The first starts on the page and maps; the second pins, but its map fails
+ * (mmap -EINVAL): its pin does not start on a GPU page.
+ */
+static int check_small_buffers_second_does_not_map(void)
+{
+	struct dmem m;
+	struct buf a, b;
+	void *ptr;
+	int fd = open_gdrdrv(), ret, r;
+
+	if (dmem_alloc(&m, GPU_PAGE))
+		return -1;
+	ret = buf_pin_map(fd, &a, m.p, 100, 0);
+	if (!ret)
+		ret = round_trip(&a, a.d, 100, 50);
+	if (!ret && !buf_pin(fd, &b, m.p + HOST_PAGE, 100, 0)) {
+		r = gdr_map(fd, b.handle, 100, &ptr);
+		if (!r) {
+			gdr_unmap(ptr, 100);
+			ret = fail("the second buffer's gdr_map succeeded");
+		} else if (r != -EINVAL || map_step != MAP_STEP_MMAP) {
+			ret = fail("the second buffer's gdr_map: %s, not mmap EINVAL",
+				   map_why);
+		}
+		unpin(fd, b.handle);
+	} else if (!ret) {
+		ret = -1;
+	}
+	buf_unmap_unpin(fd, &a);
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* Buffers smaller than a host page at a 64 KiB-aligned address pin, map and round-trip. */
+static int check_aligned_small_buffers(void)
+{
+	static const size_t lens[] = { 1, 100 };
+	struct dmem m;
 	struct buf b;
 	int fd = open_gdrdrv(), ret = 0;
-	size_t i;
+	size_t k;
 
-	if (cu(cuMemAlloc_v2(&d, 4 * GPU_PAGE), "cuMemAlloc_v2"))
+	if (dmem_alloc(&m, GPU_PAGE))
 		return -1;
-	for (i = 0; i < ARRAY_SIZE(offs) && !ret; i++) {
-		ret = buf_pin_map(fd, &b, d + offs[i], lens[i], 0);
-		if (!ret)
-			ret = round_trip(&b, b.d, lens[i], 10 + i);
-		if (!ret)
-			buf_unmap_unpin(fd, &b);
+	for (k = 0; k < ARRAY_SIZE(lens) && !ret; k++) {
+		ret = buf_pin_map(fd, &b, m.p, lens[k], 0);
+		if (ret)
+			break;
+		ret = round_trip(&b, b.d, lens[k], 60 + k);
+		buf_unmap_unpin(fd, &b);
 	}
-	if (cu(cuMemFree_v2(d), "cuMemFree_v2"))
-		return -1;
 	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* REQ_MAPPING_TYPE of `type` on `handle` answers `want` (0 or -errno); else FAIL. */
+static int expect_req(int fd, uint32_t handle, __u32 type, int want, const char *when)
+{
+	int r = req_mapping_type(fd, handle, type);
+
+	if (r != want)
+		return fail("REQ_MAPPING_TYPE %#x %s: %s, not %s", type, when,
+			    err_str(r), err_str(want));
+	return 0;
+}
+
+/*
+ * REQ_MAPPING_TYPE answers in gdrdrv's order: a type above DEVICE -EINVAL, an
+ * unknown handle -EINVAL, a mapped handle -EBUSY, CACHING of memory the CPU
+ * may not cache -EOPNOTSUPP, DEVICE -EOPNOTSUPP (x86); NONE and WC accepted.
+ */
+static int check_req_mapping_type_answers(void)
+{
+	int cacheable = cpu_cacheable();
+	const struct {
+		__u32 type;
+		int want;
+	} unmapped[] = {
+		{ GDRDRV_MAPPING_TYPE_NONE, 0 },
+		{ GDRDRV_MAPPING_TYPE_WC, 0 },
+		{ GDRDRV_MAPPING_TYPE_CACHING, cacheable == 1 ? 0 : -EOPNOTSUPP },
+		{ GDRDRV_MAPPING_TYPE_DEVICE, -EOPNOTSUPP },
+		{ 4, -EINVAL },
+		{ 0xffffffff, -EINVAL },
+	};
+	struct dmem m;
+	uint32_t h;
+	void *ptr = NULL;
+	int fd, ret = 0, r;
+	__u32 t;
+	size_t k;
+
+	if (cacheable < 0 || dmem_alloc(&m, GPU_PAGE))
+		return -1;
+	fd = open_gdrdrv();
+	r = pin_v2(fd, m.p, GPU_PAGE, 0, &h);
+	if (r) {
+		ret = fail("PIN_BUFFER_V2: %s", strerror(-r));
+		goto out;
+	}
+	for (k = 0; k < ARRAY_SIZE(unmapped) && !ret; k++)
+		ret = expect_req(fd, h, unmapped[k].type, unmapped[k].want,
+				 "of an unmapped handle");
+	if (!ret)
+		ret = expect_req(fd, UNKNOWN_HANDLE, GDRDRV_MAPPING_TYPE_WC, -EINVAL,
+				 "of an unknown handle");
+	if (!ret && gdr_map(fd, h, GPU_PAGE, &ptr))
+		ret = fail("gdr_map: %s", map_why);
+	for (t = GDRDRV_MAPPING_TYPE_NONE; t <= GDRDRV_MAPPING_TYPE_DEVICE && !ret; t++)
+		ret = expect_req(fd, h, t, -EBUSY, "of a mapped handle");
+	if (!ret)
+		ret = expect_req(fd, h, 4, -EINVAL, "of a mapped handle");
+	if (ptr)
+		gdr_unmap(ptr, GPU_PAGE);
+	if (!ret)
+		ret = expect_req(fd, h, GDRDRV_MAPPING_TYPE_NONE, 0, "after munmap");
+	if (!ret)
+		ret = expect_req(fd, h, GDRDRV_MAPPING_TYPE_WC, 0, "after munmap");
+	unpin(fd, h);
+out:
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* GET_INFO_V2's mapping_type and GET_INFO's mapped and wc_mapping are as expected. */
+static int expect_info(int fd, uint32_t h, __u32 type, const char *when)
+{
+	struct gdrdrv_get_info_v2 i2;
+	struct gdrdrv_get_info i1;
+	int r;
+
+	r = info_v2(fd, h, &i2);
+	if (r)
+		return fail("GET_INFO_V2 %s: %s", when, strerror(-r));
+	if (i2.mapping_type != type)
+		return fail("GET_INFO_V2 %s: mapping type %u, not %u", when,
+			    i2.mapping_type, type);
+	r = info_v1(fd, h, &i1);
+	if (r)
+		return fail("GET_INFO %s: %s", when, strerror(-r));
+	if (i1.mapped != (type != GDRDRV_MAPPING_TYPE_NONE) ||
+	    i1.wc_mapping != (type == GDRDRV_MAPPING_TYPE_WC))
+		return fail("GET_INFO %s: mapped %u, wc_mapping %u (type %u)", when,
+			    i1.mapped, i1.wc_mapping, type);
+	return 0;
+}
+
+/*
+ * gdr_map's default (NONE) maps cached where the memory is CPU-cacheable,
+ * else write-combining; GET_INFO(_V2) report it while the mapping lives, and
+ * NONE / not mapped before and after.
+ */
+static int check_default_map_type(void)
+{
+	int cacheable = cpu_cacheable();
+	__u32 want = cacheable == 1 ? GDRDRV_MAPPING_TYPE_CACHING : GDRDRV_MAPPING_TYPE_WC;
+	struct dmem m;
+	uint32_t h;
+	void *ptr;
+	int fd, ret, r;
+
+	if (cacheable < 0 || dmem_alloc(&m, GPU_PAGE))
+		return -1;
+	fd = open_gdrdrv();
+	r = pin_v2(fd, m.p, GPU_PAGE, 0, &h);
+	if (r) {
+		ret = fail("PIN_BUFFER_V2: %s", strerror(-r));
+		goto out;
+	}
+	ret = expect_info(fd, h, GDRDRV_MAPPING_TYPE_NONE, "before mmap");
+	if (!ret && gdr_map(fd, h, GPU_PAGE, &ptr))
+		ret = fail("gdr_map: %s", map_why);
+	if (!ret) {
+		ret = expect_info(fd, h, want, "while mapped");
+		if (!ret)
+			ret = byte_through(ptr, m.p, 0x5a);
+		gdr_unmap(ptr, GPU_PAGE);
+	}
+	if (!ret)
+		ret = expect_info(fd, h, GDRDRV_MAPPING_TYPE_NONE, "after munmap");
+	unpin(fd, h);
+out:
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* gdr_map_v2 with GDR_MAP_FLAG_REQ_WC: the mapping is write-combining. */
+static int check_map_wc_requested(void)
+{
+	struct dmem m;
+	uint32_t h;
+	void *ptr;
+	int fd, ret, r;
+
+	if (dmem_alloc(&m, GPU_PAGE))
+		return -1;
+	fd = open_gdrdrv();
+	r = pin_v2(fd, m.p, GPU_PAGE, 0, &h);
+	if (r) {
+		ret = fail("PIN_BUFFER_V2: %s", strerror(-r));
+		goto out;
+	}
+	ret = gdr_map_v2(fd, h, GPU_PAGE, GDRDRV_MAPPING_TYPE_WC, &ptr);
+	if (ret) {
+		ret = fail("gdr_map with WC requested: %s", map_why);
+	} else {
+		ret = expect_info(fd, h, GDRDRV_MAPPING_TYPE_WC, "while mapped");
+		if (!ret)
+			ret = byte_through(ptr, m.p, 0xa5);
+		gdr_unmap(ptr, GPU_PAGE);
+	}
+	unpin(fd, h);
+out:
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* An mmap that must be refused with EINVAL; FAIL (and unmap) if not. */
+static int expect_mmap_einval(int fd, off_t off, size_t len, int flags, const char *what)
+{
+	void *p = mmap_at(fd, off, len, flags);
+
+	if (p != MAP_FAILED) {
+		munmap(p, len);
+		return fail("mmap of %s succeeded", what);
+	}
+	if (errno != EINVAL)
+		return fail("mmap of %s: %s, not EINVAL", what, strerror(errno));
+	return 0;
+}
+
+/*
+ * mmap's refusals, each EINVAL: an offset naming no handle; a second mapping
+ * of a handle while the first lives (after its munmap a new one is made); an
+ * offset inside a window; a length past the window; MAP_PRIVATE; a handle
+ * whose memory was freed.
+ */
+static int check_mmap_refusals(void)
+{
+	struct gdrdrv_get_cb_flag f = { 0 };
+	struct dmem m, own;
+	size_t win = 2 * GPU_PAGE;
+	void *first, *again;
+	uint32_t h, hf;
+	off_t off;
+	int fd, ret, r;
+
+	if (dmem_alloc(&m, win))
+		return -1;
+	fd = open_gdrdrv();
+	r = pin_v2(fd, m.p, win, 0, &h);
+	if (r) {
+		ret = fail("PIN_BUFFER_V2: %s", strerror(-r));
+		goto out;
+	}
+	off = handle_offset(h);
+	ret = expect_mmap_einval(fd, handle_offset(UNKNOWN_HANDLE), GPU_PAGE, MAP_SHARED,
+				 "an unknown handle");
+	if (!ret)
+		ret = expect_mmap_einval(fd, off + HOST_PAGE, GPU_PAGE, MAP_SHARED,
+					 "a page inside the window");
+	if (!ret)
+		ret = expect_mmap_einval(fd, off, win + GPU_PAGE, MAP_SHARED,
+					 "a GPU page past the window");
+	if (!ret)
+		ret = expect_mmap_einval(fd, off, win, MAP_PRIVATE, "MAP_PRIVATE");
+	if (ret)
+		goto unpin;
+	first = mmap_at(fd, off, win, MAP_SHARED);
+	if (first == MAP_FAILED) {
+		ret = fail("mmap of the window: %s", strerror(errno));
+		goto unpin;
+	}
+	ret = expect_mmap_einval(fd, off, win, MAP_SHARED, "a handle mapped already");
+	munmap(first, win);
+	if (!ret) {
+		again = mmap_at(fd, off, win, MAP_SHARED);
+		if (again == MAP_FAILED)
+			ret = fail("mmap after the first mapping's munmap: %s",
+				   strerror(errno));
+		else
+			munmap(again, win);
+	}
+unpin:
+	unpin(fd, h);
+	if (ret || dmem_alloc(&own, OWN_PAGES_SIZE))
+		goto out;
+	r = pin_v2(fd, own.p, GPU_PAGE, 0, &hf);
+	if (r) {
+		ret = fail("PIN_BUFFER_V2 of the buffer to free: %s", strerror(-r));
+		dmem_free(&own);
+		goto out;
+	}
+	if (dmem_free(&own)) {
+		ret = -1;
+		goto out;
+	}
+	f.handle = (__u64)hf;
+	if (ioctl(fd, GDRDRV_IOC_GET_CB_FLAG, &f) || f.flag != 1)
+		ret = fail("GET_CB_FLAG after cuMemFree: %u", f.flag);
+	if (!ret)
+		ret = expect_mmap_einval(fd, handle_offset(hf), GPU_PAGE, MAP_SHARED,
+					 "a handle whose memory was freed");
+	unpin(fd, hf);
+out:
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+#define HANDLE_LOOPS 100000
+#define HANDLE_LOOPS_SPACED 16	/* the first pins whose spacing is checked */
+#define HANDLE_LOOPS_MAP_EVERY 1000
+#define HANDLE_PINS 1024
+
+struct handle_span {
+	uint32_t h;
+	__u64 pages;	/* the window's host pages: the handles it takes */
+};
+
+static int cmp_span(const void *a, const void *b)
+{
+	const struct handle_span *x = a, *y = b;
+
+	return x->h < y->h ? -1 : x->h > y->h;
+}
+
+/*
+ * Pins 1024 windows of 1..4 GPU pages (overlapping) of `m` at once: their
+ * handle ranges [h, h + window / 4096) are pairwise disjoint and below 2^32.
+ */
+static int many_pins_disjoint(int fd, struct dmem *m)
+{
+	struct handle_span *s = calloc(HANDLE_PINS, sizeof(*s));
+	struct gdrdrv_get_info_v2 i;
+	int n, k, ret = 0, r;
+
+	if (!s)
+		return fail("calloc");
+	for (n = 0; n < HANDLE_PINS && !ret; n++) {
+		size_t pages = 1 + n % 4, start = (n * 7) % 29;
+
+		r = pin_v2(fd, m->p + start * GPU_PAGE, pages * GPU_PAGE, 0, &s[n].h);
+		if (r) {
+			ret = fail("pin %d of %d held: %s", n, HANDLE_PINS, strerror(-r));
+			break;
+		}
+		r = info_v2(fd, s[n].h, &i);
+		if (r || i.mapped_size != pages * GPU_PAGE)
+			ret = fail("GET_INFO_V2 of pin %d: %s, window %#llx", n, err_str(r),
+				   (unsigned long long)i.mapped_size);
+		s[n].pages = i.mapped_size / HOST_PAGE;
+	}
+	if (!ret) {
+		qsort(s, n, sizeof(*s), cmp_span);
+		for (k = 0; k < n && !ret; k++) {
+			if ((__u64)s[k].h + s[k].pages > (1ULL << 32))
+				ret = fail("handle %u + %llu pages passes 2^32", s[k].h,
+					   (unsigned long long)s[k].pages);
+			else if (k + 1 < n && (__u64)s[k].h + s[k].pages > s[k + 1].h)
+				ret = fail("handles %u (%llu pages) and %u overlap", s[k].h,
+					   (unsigned long long)s[k].pages, s[k + 1].h);
+		}
+	}
+	for (k = 0; k < n; k++)
+		unpin(fd, s[k].h);
+	free(s);
+	return ret;
+}
+
+/*
+ * gdrcopy_apiperf's loop: pin and unpin one 64 KiB buffer 100,000 times on
+ * one file through the 32-bit handle (every 1000th also gdr_map, a byte through,
+ * munmap). Every handle fits 32 bits, and each next one follows the previous
+ * by the window's host pages (16), as gdrdrv numbers them, although the
+ * previous was unpinned. Then many pins held at once take disjoint handle
+ * ranges.
+ */
+static int check_handles_fit_32_bits(void)
+{
+	__u64 h64 = 0, prev = 0;
+	struct dmem m;
+	uint32_t h;
+	void *ptr;
+	int fd, ret = 0, r, n;
+
+	if (dmem_alloc(&m, OWN_PAGES_SIZE))
+		return -1;
+	fd = open_gdrdrv();
+	for (n = 0; n < HANDLE_LOOPS && !ret; n++) {
+		r = pin_v2_raw(fd, m.p, GPU_PAGE, 0, &h64);
+		if (r) {
+			ret = fail("pin %d: %s", n, strerror(-r));
+			break;
+		}
+		if (h64 > UINT32_MAX) {
+			struct gdrdrv_unpin_buffer u = { .handle = h64 };
+
+			ioctl(fd, GDRDRV_IOC_UNPIN_BUFFER, &u);
+			ret = fail("pin %d: handle %#llx does not fit 32 bits", n,
+				   (unsigned long long)h64);
+			break;
+		}
+		h = (uint32_t)h64;
+		if (n > 0 && n < HANDLE_LOOPS_SPACED && h64 != prev + GPU_PAGE / HOST_PAGE)
+			ret = fail("pin %d: handle %u after %llu, not %llu", n, h,
+				   (unsigned long long)prev,
+				   (unsigned long long)(prev + GPU_PAGE / HOST_PAGE));
+		prev = h64;
+		if (!ret && n % HANDLE_LOOPS_MAP_EVERY == 0) {
+			if (gdr_map(fd, h, GPU_PAGE, &ptr)) {
+				ret = fail("pin %d: gdr_map of handle %u: %s", n, h, map_why);
+			} else {
+				ret = byte_through(ptr, m.p, (unsigned char)(n / HANDLE_LOOPS_MAP_EVERY));
+				gdr_unmap(ptr, GPU_PAGE);
+			}
+		}
+		r = unpin(fd, h);
+		if (r && !ret)
+			ret = fail("unpin %d of handle %u: %s", n, h, strerror(-r));
+	}
+	if (!ret)
+		ret = many_pins_disjoint(fd, &m);
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
+	return ret;
+}
+
+/* A fresh file's first pin gets handle 0, the next one 0 + the first window's host pages. */
+static int check_first_handle_is_zero(void)
+{
+	struct gdrdrv_get_info_v2 i;
+	uint32_t h0 = 1, h1 = 0;
+	struct dmem m;
+	int fd, ret = 0, r;
+
+	if (dmem_alloc(&m, 2 * GPU_PAGE))
+		return -1;
+	fd = open_gdrdrv();
+	r = pin_v2(fd, m.p, 2 * GPU_PAGE, 0, &h0);
+	if (r) {
+		ret = fail("first PIN_BUFFER_V2: %s", strerror(-r));
+		goto out;
+	}
+	if (h0 != 0)
+		ret = fail("the first handle is %u, not 0", h0);
+	r = info_v2(fd, h0, &i);
+	if (!ret && (r || i.mapped_size != 2 * GPU_PAGE))
+		ret = fail("GET_INFO_V2 of handle 0: %s, window %#llx", err_str(r),
+			   (unsigned long long)i.mapped_size);
+	r = pin_v2(fd, m.p, GPU_PAGE, 0, &h1);
+	if (!ret && r)
+		ret = fail("second PIN_BUFFER_V2: %s", strerror(-r));
+	else if (!ret && h1 != h0 + 2 * GPU_PAGE / HOST_PAGE)
+		ret = fail("the second handle is %u, not %lu", h1,
+			   h0 + 2 * GPU_PAGE / HOST_PAGE);
+	if (!r)
+		unpin(fd, h1);
+	unpin(fd, h0);
+out:
+	close(fd);
+	if (dmem_free(&m))
+		return -1;
 	return ret;
 }
 
@@ -371,18 +1086,17 @@ static int check_two_mappings_one_freed(void)
 		ret = alloc_pin_map(fd, &b, OWN_PAGES_SIZE);
 	if (ret)
 		return ret;
-	if (cu(cuMemFree_v2(a.d), "cuMemFree_v2"))
+	if (cu(cuMemFree_v2(a.alloc), "cuMemFree_v2"))
 		return -1;
-	f.handle = a.handle;
+	f.handle = (__u64)a.handle;
 	if (ioctl(fd, GDRDRV_IOC_GET_CB_FLAG, &f) || f.flag != 1)
 		return fail("GET_CB_FLAG of the freed buffer: %u", f.flag);
-	f.handle = b.handle;
+	f.handle = (__u64)b.handle;
 	f.flag = 7;
 	if (ioctl(fd, GDRDRV_IOC_GET_CB_FLAG, &f) || f.flag != 0)
 		return fail("GET_CB_FLAG of the live buffer: %u", f.flag);
 	ret = round_trip(&b, b.d, b.size, 20);
-	munmap(a.map, a.info.mapped_size);
-	unpin(fd, a.handle);
+	buf_unmap_unpin(fd, &a);
 	if (buf_free(fd, &b))
 		return -1;
 	close(fd);
@@ -400,8 +1114,8 @@ static int check_close_with_mapping(void)
 		return ret;
 	close(fd);
 	ret = round_trip(&b, b.d, b.size, 30);
-	munmap(b.map, b.info.mapped_size);
-	if (cu(cuMemFree_v2(b.d), "cuMemFree_v2"))
+	gdr_unmap(b.map, b.size);
+	if (cu(cuMemFree_v2(b.alloc), "cuMemFree_v2"))
 		return -1;
 	return ret;
 }
@@ -423,7 +1137,7 @@ static int scenario(const char *name)
 		return 1;
 	memset(b.p, 0x11, b.size);
 	if (!strcmp(name, "after-cumemfree")) {
-		if (cu(cuMemFree_v2(b.d), "cuMemFree_v2"))
+		if (cu(cuMemFree_v2(b.alloc), "cuMemFree_v2"))
 			return -1;
 	} else if (!strcmp(name, "after-unpin")) {
 		if (unpin(fd, b.handle))
@@ -487,11 +1201,11 @@ static int child_ok(pid_t pid, const char *what)
 }
 
 /* What a process that did not open the file gets: EACCES everywhere. */
-static int not_opener_gets_eacces(int fd, __u64 handle)
+static int not_opener_gets_eacces(int fd, uint32_t handle)
 {
 	struct gdrdrv_get_info_v2 i;
 	struct gdrpeer_event e;
-	void *m = map(fd, handle, HOST_PAGE, 0);
+	void *m = mmap_at(fd, handle_offset(handle), GPU_PAGE, MAP_SHARED);
 
 	if (m != MAP_FAILED || errno != EACCES)
 		return 1;
@@ -535,30 +1249,39 @@ static int check_fork_after_map(void)
 	return ret;
 }
 
-/* The end of a check with a socket pair, a pin and a buffer: all go; `ret` or -1. */
-static int release_all(int sv[2], int fd, __u64 h, unsigned long long d, int ret)
+/* The end of a check with a socket pair, a pin and an allocation: all go; `ret` or -1. */
+static int release_all(int sv[2], int fd, uint32_t h, unsigned long long alloc, int ret)
 {
 	close(sv[0]);
 	close(sv[1]);
 	unpin(fd, h);
-	if (cu(cuMemFree_v2(d), "cuMemFree_v2"))
+	if (cu(cuMemFree_v2(alloc), "cuMemFree_v2"))
 		ret = -1;
 	close(fd);
 	return ret;
 }
 
+/* Ends a child that waits on sv[1] (it reads EOF) and reaps it. */
+static void end_child(int sv[2], pid_t pid)
+{
+	shutdown(sv[0], SHUT_RDWR);
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
+}
+
 /* Fork before map: the child may not map what the parent pinned. */
 static int check_fork_before_map(void)
 {
-	unsigned long long d;
-	__u64 h = 0;
+	struct dmem d;
+	uint32_t h = 0;
 	int fd = open_gdrdrv(), ret, sv[2];
 	char c = 0;
 	pid_t pid;
+	void *m;
 
-	if (cu(cuMemAlloc_v2(&d, GPU_PAGE), "cuMemAlloc_v2"))
+	if (dmem_alloc(&d, GPU_PAGE))
 		return -1;
-	ret = pin_v2(fd, d, GPU_PAGE, 0, &h);
+	ret = pin_v2(fd, d.p, GPU_PAGE, 0, &h);
 	if (ret)
 		return fail("PIN_BUFFER_V2: %s", strerror(-ret));
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
@@ -570,21 +1293,20 @@ static int check_fork_before_map(void)
 			_exit(9);
 		_exit(not_opener_gets_eacces(fd, h));
 	}
-	{
-		unsigned char *m = map(fd, h, GPU_PAGE, 0);
-
-		if (m == MAP_FAILED) {
-			ret = fail("parent mmap: %s", strerror(errno));
+	if (gdr_map(fd, h, GPU_PAGE, &m)) {
+		ret = fail("parent gdr_map: %s", map_why);
+		end_child(sv, pid);
+	} else {
+		*(unsigned char *)m = 1;
+		if (write(sv[0], &c, 1) != 1) {
+			ret = fail("sync");
+			end_child(sv, pid);
 		} else {
-			m[0] = 1;
-			if (write(sv[0], &c, 1) != 1)
-				ret = fail("sync");
-			if (!ret)
-				ret = child_ok(pid, "the child's mmap, GET_INFO_V2 or read was not EACCES");
-			munmap(m, GPU_PAGE);
+			ret = child_ok(pid, "the child's mmap, GET_INFO_V2 or read was not EACCES");
 		}
+		gdr_unmap(m, GPU_PAGE);
 	}
-	return release_all(sv, fd, h, d, ret);
+	return release_all(sv, fd, h, d.alloc, ret);
 }
 
 static int send_fd(int sock, int fd)
@@ -629,9 +1351,9 @@ static int recv_fd(int sock)
 /* A process that received the file over SCM_RIGHTS gets EACCES. */
 static int check_scm_rights(void)
 {
-	unsigned long long d;
-	__u64 h = 0;
-	int fd, ret, sv[2];
+	struct dmem d;
+	uint32_t h = 0;
+	int fd, ret, r, sv[2];
 	pid_t pid;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
@@ -646,16 +1368,29 @@ static int check_scm_rights(void)
 		_exit(not_opener_gets_eacces(got, h));
 	}
 	fd = open_gdrdrv();
-	if (cu(cuMemAlloc_v2(&d, GPU_PAGE), "cuMemAlloc_v2"))
+	if (dmem_alloc(&d, GPU_PAGE)) {
+		end_child(sv, pid);
+		close(sv[0]);
+		close(sv[1]);
+		close(fd);
 		return -1;
-	ret = pin_v2(fd, d, GPU_PAGE, 0, &h);
-	if (ret)
-		return fail("PIN_BUFFER_V2: %s", strerror(-ret));
-	if (send_fd(sv[0], fd) || write(sv[0], &h, sizeof(h)) != sizeof(h))
+	}
+	r = pin_v2(fd, d.p, GPU_PAGE, 0, &h);
+	if (r) {
+		end_child(sv, pid);
+		close(sv[0]);
+		close(sv[1]);
+		close(fd);
+		dmem_free(&d);
+		return fail("PIN_BUFFER_V2: %s", strerror(-r));
+	}
+	if (send_fd(sv[0], fd) || write(sv[0], &h, sizeof(h)) != sizeof(h)) {
 		ret = fail("send");
-	if (!ret)
+		end_child(sv, pid);
+	} else {
 		ret = child_ok(pid, "the receiver's mmap, GET_INFO_V2 or read was not EACCES");
-	return release_all(sv, fd, h, d, ret);
+	}
+	return release_all(sv, fd, h, d.alloc, ret);
 }
 
 /* PIN_BUFFER with the buffer's P2P tokens; wrong tokens are EINVAL. */
@@ -664,14 +1399,15 @@ static int check_tokens(void)
 	struct cuda_p2p_tokens t = { 0 };
 	struct gdrdrv_pin_buffer p = { 0 };
 	struct buf b;
-	unsigned long long d;
+	struct dmem d;
 	int fd = open_gdrdrv(), ret;
 
-	if (cu(cuMemAlloc_v2(&d, 2 * GPU_PAGE), "cuMemAlloc_v2"))
+	if (dmem_alloc(&d, 2 * GPU_PAGE))
 		return -1;
-	if (cu(cuPointerGetAttribute(&t, CU_POINTER_ATTRIBUTE_P2P_TOKENS, d), "cuPointerGetAttribute"))
+	if (cu(cuPointerGetAttribute(&t, CU_POINTER_ATTRIBUTE_P2P_TOKENS, d.p),
+	       "cuPointerGetAttribute"))
 		return -1;
-	p.addr = d;
+	p.addr = d.p;
 	p.size = 2 * GPU_PAGE;
 	p.p2p_token = t.p2p_token + 1;
 	p.va_space = t.va_space_token;
@@ -682,18 +1418,18 @@ static int check_tokens(void)
 		return fail("PIN_BUFFER with tokens %#llx/%#x: %s",
 			    (unsigned long long)t.p2p_token, t.va_space_token,
 			    strerror(errno));
-	b.d = d;
+	b.alloc = d.alloc;
+	b.d = d.p;
 	b.size = 2 * GPU_PAGE;
-	b.handle = p.handle;
+	if (keep_handle(fd, p.handle, &b.handle))
+		return fail("PIN_BUFFER's handle %#llx does not fit 32 bits",
+			    (unsigned long long)p.handle);
 	if (info_v2(fd, b.handle, &b.info))
 		return fail("GET_INFO_V2");
-	b.map = map(fd, b.handle, b.info.mapped_size, 0);
-	if (b.map == MAP_FAILED)
-		return fail("mmap: %s", strerror(errno));
-	b.p = b.map + (d - b.info.va);
-	ret = round_trip(&b, d, b.size, 40);
-	buf_unmap_unpin(fd, &b);
-	if (cu(cuMemFree_v2(d), "cuMemFree_v2"))
+	if (buf_map(fd, &b))
+		return -1;
+	ret = round_trip(&b, b.d, b.size, 40);
+	if (buf_free(fd, &b))
 		return -1;
 	close(fd);
 	return ret;
@@ -709,7 +1445,7 @@ struct thread_arg {
 static void *pin_in_thread(void *p)
 {
 	struct thread_arg *a = p;
-	__u64 h = 0;
+	uint32_t h = 0;
 
 	a->ret = pin_v2(a->fd, a->d, GPU_PAGE, 0, &h);
 	if (!a->ret)
@@ -740,7 +1476,7 @@ static int check_repin_is_a_cache_hit(void)
 {
 	unsigned long long d;
 	long long hits;
-	__u64 h = 0;
+	uint32_t h = 0;
 	int fd = open_gdrdrv(), ret = 0;
 	__u32 nocache = GDRDRV_PIN_FLAG_GDRPEER_NOCACHE;
 
@@ -778,12 +1514,12 @@ static int read_events(int fd, struct gdrpeer_event *e, int max)
 	return n < 0 ? -errno : (int)(n / sizeof(*e));
 }
 
-/* Freeing a buffer queues one REVOKED event per handle of it, once. */
+/* Freeing a buffer queues one REVOKED event per handle of it, once, with PIN's handle. */
 static int check_events_once_per_revocation(void)
 {
 	struct gdrpeer_event e[8];
 	unsigned long long a, b;
-	__u64 h1 = 0, h2 = 0, h3 = 0;
+	uint32_t h1 = 0, h2 = 0, h3 = 0;
 	struct pollfd p;
 	int fd = open_gdrdrv(), n, fl;
 
@@ -839,8 +1575,16 @@ int main(int argc, char **argv)
 	}
 	run_check("version", check_version);
 	run_check("attributes", check_attributes);
+	run_check("first-handle-is-zero", check_first_handle_is_zero);
 	run_check("pin-map-copy", check_pin_map_copy);
-	run_check("unaligned-and-small", check_unaligned_and_small);
+	run_check("unaligned-pin-does-not-map", check_unaligned_pin_does_not_map);
+	run_check("small-buffers-second-does-not-map", check_small_buffers_second_does_not_map);
+	run_check("aligned-small-buffers", check_aligned_small_buffers);
+	run_check("req-mapping-type-answers", check_req_mapping_type_answers);
+	run_check("default-map-type", check_default_map_type);
+	run_check("map-wc-requested", check_map_wc_requested);
+	run_check("mmap-refusals", check_mmap_refusals);
+	run_check("handles-fit-32-bits", check_handles_fit_32_bits);
 	run_check("two-mappings-one-freed", check_two_mappings_one_freed);
 	run_check("close-with-mapping", check_close_with_mapping);
 	run_check("sigbus-after-cumemfree", check_sigbus_after_cumemfree);

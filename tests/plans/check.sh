@@ -184,6 +184,7 @@ run_plan() {
 	t modversions-accept-matching-exporter test_modversions_accept_matching_exporter
 	kunit_results gdrpeer_range
 	kunit_results gdrpeer_cache
+	kunit_results gdrpeer_handles
 	kunit_results gdrpeer_gate
 	kunit_results gdrpeer_export
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
@@ -203,7 +204,7 @@ run_plan() {
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	# CPU-cacheable tables: REQ_MAPPING_TYPE(CACHING) is honoured.
-	GDRPEER_FILTER=gdrdrv-mapping-type GDRPEER_SUFFIX=-coherent gdrpeer_suite coherent=1
+	GDRPEER_FILTER='gdrdrv-req-mapping-type|gdrdrv-libgdrapi' GDRPEER_SUFFIX=-coherent gdrpeer_suite coherent=1
 	for v in 0x00010002 0x00030000; do
 		GDRPEER_FILTER=gdrpeer-table-version GDRPEER_SUFFIX=-$v gdrpeer_suite page_table_version=$v
 	done

@@ -135,7 +135,7 @@ fn gdrdrv_pin_map_unpin(
                 Ok(timed(|| {
                     let h = g(g_.pin_v2(b, len as u64, flags), "PIN_BUFFER_V2")?;
                     let info = g(g_.info_v2(h), "GET_INFO_V2")?;
-                    let m = g(g_.map(h, 0, info.mapped_size as usize), "mmap")?;
+                    let m = g(g_.map(h, info.mapped_size as usize), "gdr_map")?.0;
                     // SAFETY: the first byte of the live mapping.
                     let _ = unsafe { m.as_ptr().read_volatile() };
                     drop(m);

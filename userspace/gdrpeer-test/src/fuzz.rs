@@ -339,7 +339,8 @@ impl Fuzzer {
                 0 => rng.u64(0..1 << 24),
                 1 => rng.u64(..) >> uapi::MMAP_HANDLE_SHIFT,
                 _ if !h.is_empty() => h[rng.usize(0..h.len())],
-                _ if on_gdrdrv => rng.u64(0..16) << 28,
+                // gdrdrv's handles are page offsets from 0.
+                _ if on_gdrdrv => rng.u64(0..64),
                 _ => rng.u64(0..16),
             }
         };
@@ -396,7 +397,8 @@ impl Fuzzer {
             let (r, window) = window_of(fd, handle, on_gdrdrv);
             if r && window >= PAGE {
                 let pages = window / PAGE;
-                let first = rng.u64(0..pages);
+                // gdrdrv maps a window from its first byte only.
+                let first = if on_gdrdrv { 0 } else { rng.u64(0..pages) };
                 off = first * PAGE;
                 len = (rng.u64(1..=pages - first) * PAGE) as usize;
                 prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -427,7 +429,9 @@ impl Fuzzer {
             // MAP_SHARED_VALIDATE is MAP_SHARED | MAP_PRIVATE.
             let shared = flags & libc::MAP_SHARED_VALIDATE != libc::MAP_PRIVATE;
             let (r, window) = window_of(fd, handle, on_gdrdrv);
-            let inside = off % PAGE == 0 && off + (len as u64).div_ceil(PAGE) * PAGE <= window;
+            let fits = off + (len as u64).div_ceil(PAGE) * PAGE <= window;
+            // gdrdrv maps from the window's first byte only.
+            let inside = fits && if on_gdrdrv { off == 0 } else { off % PAGE == 0 };
             let same_file = held.is_some() || self.generation.load(Relaxed) == generation;
             if !shared || (r && same_file && !inside) {
                 self.wrong.lock().unwrap().push(format!(

@@ -25,6 +25,15 @@ const K4: u64 = 4096;
 /// buffer and keep another use allocations of this size.
 const OWN_PAGES: usize = 2 << 20;
 
+/// A buffer of `size` bytes starting on a GPU page, as gdrcopy's tests allocate one that
+/// they map (`size` + 64 KiB, the pointer rounded up): gdrdrv maps only pins that start on
+/// a GPU page, and cuMemAlloc guarantees 256 bytes. Returns the allocation and the buffer.
+fn aligned(size: u64) -> Result<(DevMem, u64), String> {
+    let m = DevMem::new((size + K64) as usize)?;
+    let p = m.p.next_multiple_of(K64);
+    Ok((m, p))
+}
+
 fn open() -> Result<Gdrdrv, String> {
     ok(Gdrdrv::open_default(), "open /dev/gdrdrv")
 }
@@ -48,7 +57,7 @@ fn pin_map(g: &Gdrdrv, addr: u64, size: u64, flags: u32) -> Result<Pinned, Strin
         info.va,
         info.mapped_size
     );
-    let map = ok(g.map(handle, 0, info.mapped_size as usize), "mmap")?;
+    let map = ok(g.map(handle, info.mapped_size as usize), "gdr_map")?.0;
     Ok(Pinned {
         handle,
         map,
@@ -112,19 +121,36 @@ fn version_and_attributes() -> TestResult {
 fn pin_map_copy() -> TestResult {
     let m = DevMem::new(3 * K64 as usize + 300)?;
     let (base, len) = range(&m)?;
+    let base_aligned = base.next_multiple_of(K64);
+    let len = len - (base_aligned - base);
     let g = open()?;
-    let p = pin_map(&g, base, len, 0)?;
-    round_trip(&p, base, len as usize, 1)?;
+    let p = pin_map(&g, base_aligned, len, 0)?;
+    round_trip(&p, base_aligned, len as usize, 1)?;
     drop(p.map);
     ok(g.unpin(p.handle), "UNPIN")
 }
 
+/// As gdrcopy's basic_unaligned_mapping and basic_small_buffers_mapping: a buffer that does
+/// not start on a GPU page pins, and its map fails (EINVAL); small buffers that do start on
+/// one map and carry their bytes.
 fn unaligned_and_small() -> TestResult {
-    let m = DevMem::new(4 * K64 as usize)?;
+    let (_m, va) = aligned(4 * K64)?;
     let g = open()?;
     for (off, len) in [(1, 1), (5000, 100), (K64 - 1, 2), (K64 + 12345, 3 * K4)] {
-        let p = pin_map(&g, m.p + off, len, 0)?;
-        round_trip(&p, m.p + off, len as usize, off as u8)?;
+        let h = ok(
+            g.pin_v2(va + off, len, 0),
+            "PIN_BUFFER_V2 of an unaligned buffer",
+        )?;
+        check_eq!(
+            fails(g.map(h, len as usize), "gdr_map of an unaligned pin")?,
+            Errno::INVAL,
+            format!("gdr_map of a pin at offset {off}")
+        );
+        ok(g.unpin(h), "UNPIN")?;
+    }
+    for (off, len) in [(0, 1), (K64, 100), (2 * K64, K64 + 1)] {
+        let p = pin_map(&g, va + off, len, 0)?;
+        round_trip(&p, va + off, len as usize, off as u8 ^ 3)?;
         drop(p.map);
         ok(g.unpin(p.handle), "UNPIN")?;
     }
@@ -153,19 +179,19 @@ fn two_mappings_one_freed() -> TestResult {
 }
 
 fn close_with_mapping() -> TestResult {
-    let m = DevMem::new(K64 as usize)?;
+    let (_m, va) = aligned(K64)?;
     let g = open()?;
-    let p = pin_map(&g, m.p, K64, 0)?;
+    let p = pin_map(&g, va, K64, 0)?;
     drop(g);
-    round_trip(&p, m.p, K64 as usize, 30)
+    round_trip(&p, va, K64 as usize, 30)
 }
 
 /// The child modes of the SIGBUS checks: map, write, withdraw, touch (does not return).
 fn touch_after(withdraw: fn(&Gdrdrv, &mut DevMem, u64) -> TestResult) -> TestResult {
     load()?;
-    let mut m = DevMem::new(2 * K64 as usize)?;
+    let (mut m, va) = aligned(2 * K64)?;
     let g = open()?;
-    let p = pin_map(&g, m.p, 2 * K64, 0)?;
+    let p = pin_map(&g, va, 2 * K64, 0)?;
     p.map.write(p.at, &[0x11; 64]);
     withdraw(&g, &mut m, p.handle)?;
     p.map.write(p.at + K64 as usize + 8, &[0x55]);
@@ -223,9 +249,9 @@ fn not_opener_gets_eacces(fd: BorrowedFd<'_>, handle: u64) -> TestResult {
 }
 
 fn fork_after_map() -> TestResult {
-    let m = DevMem::new(K64 as usize)?;
+    let (_m, va) = aligned(K64)?;
     let g = open()?;
-    let p = pin_map(&g, m.p, K64, 0)?;
+    let p = pin_map(&g, va, K64, 0)?;
     p.map.write(0, &[7]);
     let child = fork(|| not_opener_gets_eacces(g.as_fd(), p.handle))?;
     wait(child)?;
@@ -237,15 +263,15 @@ fn fork_after_map() -> TestResult {
 }
 
 fn fork_before_map() -> TestResult {
-    let m = DevMem::new(K64 as usize)?;
+    let (_m, va) = aligned(K64)?;
     let g = open()?;
-    let h = ok(g.pin_v2(m.p, K64, 0), "PIN_BUFFER_V2")?;
+    let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
     let (mine, theirs) = unix_pair()?;
     let child = fork(|| {
         byte(theirs.as_fd())?;
         not_opener_gets_eacces(g.as_fd(), h)
     })?;
-    let map = ok(g.map(h, 0, K64 as usize), "parent mmap")?;
+    let map = ok(g.map(h, K64 as usize), "parent gdr_map")?.0;
     send_byte(mine.as_fd())?;
     wait(child)?;
     map.write(0, &[1]);
@@ -275,25 +301,25 @@ fn scm_rights() -> TestResult {
 }
 
 fn tokens() -> TestResult {
-    let m = DevMem::new(2 * K64 as usize)?;
-    let (token, va_space) = cu().p2p_tokens(m.p).map_err(c)?;
+    let (_m, va) = aligned(2 * K64)?;
+    let (token, va_space) = cu().p2p_tokens(va).map_err(c)?;
     let g = open()?;
     check_eq!(
-        fails(g.pin(m.p, 2 * K64, token + 1, va_space), "wrong token")?,
+        fails(g.pin(va, 2 * K64, token + 1, va_space), "wrong token")?,
         Errno::INVAL,
         "a pin with a wrong token"
     );
     let h = ok(
-        g.pin(m.p, 2 * K64, token, va_space),
+        g.pin(va, 2 * K64, token, va_space),
         "PIN_BUFFER with tokens",
     )?;
     let info = ok(g.info_v2(h), "GET_INFO_V2")?;
     let p = Pinned {
         handle: h,
-        map: ok(g.map(h, 0, info.mapped_size as usize), "mmap")?,
-        at: (m.p - info.va) as usize,
+        map: ok(g.map(h, info.mapped_size as usize), "gdr_map")?.0,
+        at: (va - info.va) as usize,
     };
-    round_trip(&p, m.p, 2 * K64 as usize, 40)?;
+    round_trip(&p, va, 2 * K64 as usize, 40)?;
     drop(p.map);
     ok(g.unpin(p.handle), "UNPIN")
 }

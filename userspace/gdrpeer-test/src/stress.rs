@@ -92,37 +92,64 @@ fn map_and_touch(d: &Device, h: u64, slot: usize, rng: &mut fastrand::Rng) -> Re
         gdrdrv: false,
         gone_ok: false,
     };
-    touch_part(window, |off, len| d.map(h, off, len), probe, slot, rng)
+    touch_part(
+        window,
+        false,
+        |off, len| d.map(h, off, len),
+        probe,
+        slot,
+        rng,
+    )
 }
 
-/// REQ_MAPPING_TYPE (write-combining or cached, where the table allows it), then as
-/// [`map_and_touch`] on `/dev/gdrdrv`, for gdrdrv handle `h`.
+/// libgdrapi's map of gdrdrv handle `h` on `/dev/gdrdrv`: REQ_MAPPING_TYPE (NONE, the
+/// driver's choice, or write-combining), an mmap of the window's first pages, then as
+/// [`map_and_touch`]. gdrdrv maps only a pin that starts on a 64 KiB page (`aligned`): the
+/// mmap of any other must fail with EINVAL. EINVAL for an aligned pin is expected only once
+/// its memory was freed (GET_CB_FLAG says so), and then reported as ENXIO.
 fn gdrdrv_map_and_touch(
     g: &Gdrdrv,
-    h: u64,
+    (h, aligned): (u64, bool),
     slot: usize,
     rng: &mut fastrand::Rng,
 ) -> Result<(), Errno> {
     let ty = [
+        gdrpeer::gdrdrv::MAPPING_TYPE_NONE,
         gdrpeer::gdrdrv::MAPPING_TYPE_WC,
-        gdrpeer::gdrdrv::MAPPING_TYPE_CACHING,
     ][rng.usize(0..2)];
     g.req_mapping_type(h, ty).map_err(errno_of)?;
     let window = g.info(h).map_err(errno_of)?.mapped_size;
+    if !aligned {
+        return match g.mmap(h, 0, window as usize) {
+            Err(e) if e.errno() == Some(Errno::INVAL) => Ok(()),
+            // Mapped, or refused for another reason: not what gdrdrv does.
+            _ => Err(Errno::PROTO),
+        };
+    }
     let probe = Probe {
         fd: g.as_fd().as_raw_fd(),
         handle: h,
         gdrdrv: true,
         gone_ok: false,
     };
-    touch_part(window, |off, len| g.map(h, off, len), probe, slot, rng)
+    let mapped = |_, len| {
+        g.mmap(h, 0, len).map_err(|e| match e.errno() {
+            Some(Errno::INVAL) if g.cb_flag(h).unwrap_or(false) => gdrpeer::Error::Ioctl {
+                op: gdrpeer::Op::GdrdrvMmap,
+                errno: Errno::NXIO,
+            },
+            _ => e,
+        })
+    };
+    touch_part(window, true, mapped, probe, slot, rng)
 }
 
-/// Maps a random part of a window of `window` bytes (`map` of an offset and a length), writes
-/// and reads a byte of each of its pages, registered with the SIGBUS probe meanwhile, and
-/// unmaps it.
+/// Maps a random part of a window of `window` bytes (`map` of an offset and a length; from
+/// the window's start if `from_start`), writes and reads a byte of each of its pages,
+/// registered with the SIGBUS probe meanwhile, and unmaps it.
 fn touch_part(
     window: u64,
+    from_start: bool,
     map: impl FnOnce(u64, usize) -> Result<gdrpeer::Mapping, gdrpeer::Error>,
     probe: Probe,
     slot: usize,
@@ -130,7 +157,7 @@ fn touch_part(
 ) -> Result<(), Errno> {
     const PAGE: u64 = 4096;
     let pages = window / PAGE;
-    let first = rng.u64(0..pages);
+    let first = if from_start { 0 } else { rng.u64(0..pages) };
     let n = rng.u64(1..=pages - first);
     let m = map(first * PAGE, (n * PAGE) as usize).map_err(errno_of)?;
     sigbus::register(slot, m.as_ptr() as u64, n * PAGE, probe);
@@ -349,20 +376,24 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
             }
             ("gdrdrv_pin", Some(a), _) if gd.is_some() => {
                 let g = gd.as_ref().unwrap();
-                let (va, len) = window(&mut rng, a);
+                let (mut va, len) = window(&mut rng, a);
+                if rng.bool() {
+                    // Half the pins start on a GPU page, as libgdrapi's users align them.
+                    va = (va & !(K64 - 1)).max(a.va);
+                }
                 let r = if rng.bool() {
                     g.pin(va, len, 0, 0)
                 } else {
                     g.pin_v2(va, len, 0)
                 };
                 r.map(|h| {
-                    gd_handles.push(h);
+                    gd_handles.push((h, va % K64 == 0));
                     gd_pinned.push(h);
                 })
                 .map_err(errno_of)
             }
             ("gdrdrv_unpin", _, _) if !gd_handles.is_empty() => {
-                let h = gd_handles.swap_remove(rng.usize(0..gd_handles.len()));
+                let (h, _) = gd_handles.swap_remove(rng.usize(0..gd_handles.len()));
                 gd.as_ref().unwrap().unpin(h).map_err(errno_of)
             }
             ("gdrdrv_map", _, _) if !gd_handles.is_empty() => {

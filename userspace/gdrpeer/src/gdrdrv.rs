@@ -3,12 +3,16 @@
 //! A client of `/dev/gdrdrv`, gdrpeer's gdrdrv-compatible device: the ABI libgdrapi
 //! (gdrcopy) speaks, mirroring `include/uapi/gdrpeer-gdrdrv.h`.
 //!
-//! A handle doubles as an mmap offset in 4 KiB pages: byte `off` of a handle's window maps
-//! from file offset `(handle << 12) + off`. gdrpeer's device differs from gdrdrv where
-//! Documentation/gdrdrv.rst says: UNPIN is lazy (a re-pin of the same buffer is a cache
-//! hit; [`PIN_FLAG_GDRPEER_NOCACHE`] bypasses the cache), a handle may have several mappings
-//! at any 4 KiB offset of its window, and revocations are queued as events
-//! ([`crate::events::EventSource`]).
+//! A handle doubles as an mmap offset in 4 KiB pages: a handle's window maps from file
+//! offset `handle << 12`, from its first byte only, once at a time, as on gdrdrv. Handles are
+//! numbered as gdrdrv numbers them (from 0, each followed by room for its window's pages) and
+//! stay below 2^32, so libgdrapi's 32-bit copy of a handle names the same pin. gdrpeer's
+//! device differs from gdrdrv where Documentation/gdrdrv.rst says: UNPIN is lazy (a re-pin
+//! of the same buffer is a cache hit; [`PIN_FLAG_GDRPEER_NOCACHE`] bypasses the cache), and
+//! revocations are queued as events ([`crate::events::EventSource`]).
+//!
+//! [`Gdrdrv::map`] is libgdrapi's `gdr_map`: REQ_MAPPING_TYPE NONE (the driver chooses), the
+//! mmap, then GET_INFO_V2 for the type the mapping got.
 //!
 //! ```no_run
 //! use gdrpeer::gdrdrv::Gdrdrv;
@@ -18,7 +22,7 @@
 //! # let (addr, size) = (0, 0);
 //! let h = g.pin_v2(addr, size, 0)?;
 //! let info = g.info_v2(h)?;
-//! let map = g.map(h, 0, info.mapped_size as usize)?;
+//! let (map, mapping_type) = g.map(h, info.mapped_size as usize)?;
 //! map.write(0, b"hello");
 //! drop(map);
 //! g.unpin(h)?;
@@ -449,10 +453,11 @@ impl Gdrdrv {
         )
     }
 
-    /// Maps `len` bytes of `handle`'s window from byte `offset` (a multiple of 4 KiB): shared,
-    /// read-write, unmapped when the [`Mapping`] is dropped. Access after the memory is freed
-    /// raises SIGBUS.
-    pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
+    /// Maps `len` bytes of `handle`'s window from byte `offset` with a bare mmap at
+    /// `(handle << 12) + offset`: shared, read-write, unmapped when the [`Mapping`] is
+    /// dropped. The device maps from offset 0 only, one mapping per handle; [`Gdrdrv::map`]
+    /// is what libgdrapi does.
+    pub fn mmap(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         let off = handle
             .checked_mul(1 << PAGE_SHIFT)
             .and_then(|o| o.checked_add(offset))
@@ -461,6 +466,44 @@ impl Gdrdrv {
                 errno: Errno::OVERFLOW,
             })?;
         Mapping::new(self.fd.as_fd(), off, len, Op::GdrdrvMmap)
+    }
+
+    /// libgdrapi's `gdr_map`: maps `handle`'s window (`len` rounded up to 64 KiB) with the
+    /// mapping type the driver chooses. Returns the mapping and its type (`MAPPING_TYPE_*`).
+    /// Access after the memory is freed raises SIGBUS.
+    pub fn map(&self, handle: u64, len: usize) -> Result<(Mapping, u32), Error> {
+        self.map_v2(handle, len, MAPPING_TYPE_NONE)
+    }
+
+    /// libgdrapi's `gdr_map_v2`: REQ_MAPPING_TYPE `mapping_type` (NONE: the driver chooses),
+    /// an mmap of the window from its first byte (`len` rounded up to 64 KiB), then
+    /// GET_INFO_V2; fails with [`Error::Gdrdrv`] as libgdrapi does when the type reported is
+    /// NONE (not mapped) or, for another request than NONE, not the one asked for.
+    pub fn map_v2(
+        &self,
+        handle: u64,
+        len: usize,
+        mapping_type: u32,
+    ) -> Result<(Mapping, u32), Error> {
+        let gpu_page = GPU_PAGE_SIZE as usize;
+        let len = len.checked_next_multiple_of(gpu_page).ok_or(Error::Ioctl {
+            op: Op::GdrdrvMmap,
+            errno: Errno::OVERFLOW,
+        })?;
+        self.req_mapping_type(handle, mapping_type)?;
+        let map = self.mmap(handle, 0, len)?;
+        let got = self.info_v2(handle)?.mapping_type;
+        if got == MAPPING_TYPE_NONE {
+            return Err(Error::Gdrdrv(
+                "GET_INFO_V2 says the handle is not mapped after mmap",
+            ));
+        }
+        if mapping_type != MAPPING_TYPE_NONE && got != mapping_type {
+            return Err(Error::Gdrdrv(
+                "GET_INFO_V2 reports another mapping type than the one requested",
+            ));
+        }
+        Ok((map, got))
     }
 }
 

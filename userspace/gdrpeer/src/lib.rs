@@ -64,6 +64,9 @@ pub enum Error {
         /// The module's ABI version word.
         module: u32,
     },
+    /// `/dev/gdrdrv` answered against the ABI (what libgdrapi checks after a call).
+    #[error("/dev/gdrdrv: {0}")]
+    Gdrdrv(&'static str),
     /// An ioctl failed.
     #[error("{op}: {errno}{hint}", hint = ioctl_hint(*.op, *.errno))]
     Ioctl {
@@ -97,7 +100,17 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
              or a range PIN refuses)"
         }
         (Op::ExportDmabuf, Errno::MFILE) => " (no file descriptor left in this process)",
-        (Op::GdrdrvMmap, Errno::INVAL) => " (unknown handle, MAP_PRIVATE, or past the window)",
+        (Op::GdrdrvMmap, Errno::INVAL) => {
+            " (unknown handle, one mapped already or freed, a pin not starting on a 64 KiB \
+             page, MAP_PRIVATE, an offset other than the handle's, or past the window)"
+        }
+        (Op::GdrdrvReqMappingType, Errno::BUSY) => " (the handle is mapped: munmap it first)",
+        (Op::GdrdrvReqMappingType, Errno::OPNOTSUPP) => {
+            " (the memory cannot be mapped so here: CACHING needs memory the CPU may cache)"
+        }
+        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::NOMEM) => {
+            " (BAR1 is full, or the file's handles have no room left for the window)"
+        }
         (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::INVAL) => {
             " (bad address, size, token or flags)"
         }
@@ -121,7 +134,7 @@ impl Error {
     pub fn errno(&self) -> Option<Errno> {
         match self {
             Error::Open { errno, .. } | Error::Ioctl { errno, .. } => Some(*errno),
-            Error::AbiMismatch { .. } => None,
+            Error::AbiMismatch { .. } | Error::Gdrdrv(_) => None,
         }
     }
 }

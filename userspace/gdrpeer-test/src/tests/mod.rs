@@ -8,6 +8,7 @@ mod cache;
 mod callback;
 mod events;
 pub mod failnth;
+mod gdrdrv_abi;
 mod gdrdrv_device;
 mod mmap;
 mod pinning;
@@ -17,7 +18,7 @@ mod regcache;
 use nvsim::testing::Test;
 
 /// The subjects' tables, in the order they run.
-const SUBJECTS: [&[Test]; 10] = [
+const SUBJECTS: [&[Test]; 11] = [
     pinning::TESTS,
     cache::TESTS,
     callback::TESTS,
@@ -27,6 +28,7 @@ const SUBJECTS: [&[Test]; 10] = [
     mmap::TESTS,
     events::TESTS,
     gdrdrv_device::TESTS,
+    gdrdrv_abi::TESTS,
     failnth::TESTS,
 ];
 
