@@ -111,19 +111,18 @@ static int open_gdrdrv(void)
 	return open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
 }
 
-/* A debugfs counter: "name value" lines. */
+/* A debugfs counter: "name value" lines, the value decimal or 0x-prefixed hex. */
 static long long counter(const char *file, const char *name)
 {
-	char key[64];
-	long long v;
+	char line[128], key[64], value[64];
 	FILE *f = fopen(file, "r");
 
 	if (!f)
 		return -1;
-	while (fscanf(f, "%63s %lld", key, &v) == 2) {
-		if (!strcmp(key, name)) {
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%63s %63s", key, value) == 2 && !strcmp(key, name)) {
 			fclose(f);
-			return v;
+			return strtoll(value, NULL, 0);
 		}
 	}
 	fclose(f);
