@@ -55,9 +55,12 @@ struct p2pclient_pin {
 	u64 va;
 	bool persistent;
 	u32 flags;			/* of a persistent pin */
+	bool released;			/* a persistent pin given back (putp) */
 	bool takes_lock;		/* the deliberate AB-BA: see get_locked */
 	bool puts_in_callback;		/* get_putcb */
 	atomic_t revoked;
+	atomic_t readers;		/* reading the table or a mapping: the callback waits */
+	wait_queue_head_t idle;		/* readers dropped to 0 */
 	pid_t cb_pid;
 	bool cb_kthread;		/* the callback ran in a kernel thread */
 	int cb_ret;			/* put_pages in the callback (get_putcb) */
@@ -75,10 +78,39 @@ static DEFINE_MUTEX(client_lock);
 static DEFINE_XARRAY_ALLOC1(client_pins);
 static struct dentry *client_dir;
 
+/*
+ * Reading the table (or a mapping) while the callback may come: the callback
+ * marks the pin revoked, then waits for the readers, so that what a reader
+ * holds stays valid until it is done (the driver frees it after the callback
+ * returns). False: revoked already, nothing may be read.
+ */
+static bool p2pclient_read_begin(struct p2pclient_pin *pin)
+{
+	atomic_inc(&pin->readers);
+	/* Pairs with the callback's: it sees the reader, or the reader sees revoked. */
+	smp_mb__after_atomic();
+	if (!atomic_read(&pin->revoked))
+		return true;
+	if (atomic_dec_and_test(&pin->readers))
+		wake_up(&pin->idle);
+	return false;
+}
+
+static void p2pclient_read_end(struct p2pclient_pin *pin)
+{
+	if (atomic_dec_and_test(&pin->readers))
+		wake_up(&pin->idle);
+}
+
 static void p2pclient_free_callback(void *data)
 {
 	struct p2pclient_pin *pin = data;
 	int i;
+
+	atomic_set(&pin->revoked, 1);
+	/* Pairs with p2pclient_read_begin(): no reader starts unseen after this. */
+	smp_mb();
+	wait_event(pin->idle, !atomic_read(&pin->readers));
 
 	if (pin->takes_lock)
 		mutex_lock(&client_lock);
@@ -91,7 +123,6 @@ static void p2pclient_free_callback(void *data)
 		pin->cb_ret = nvidia_p2p_put_pages(0, 0, pin->va, pin->pt);
 	pin->cb_pid = task_pid_nr(current);
 	pin->cb_kthread = current->flags & PF_KTHREAD;
-	atomic_set(&pin->revoked, 1);
 	if (pin->takes_lock)
 		mutex_unlock(&client_lock);
 }
@@ -145,6 +176,13 @@ static int p2pclient_get(const char *op, u64 va, u64 len, u64 token, u32 va_spac
 	if (!pin)
 		return -ENOMEM;
 	pin->va = va;
+	/*
+	 * A reader from the start: a callback that comes as soon as the pin
+	 * is registered (a free racing it) waits until the table is printed.
+	 * Pins with NULL data (get_nodata) have no such guard.
+	 */
+	init_waitqueue_head(&pin->idle);
+	atomic_set(&pin->readers, 1);
 	if (!strcmp(op, "get")) {
 		ret = nvidia_p2p_get_pages(token, va_space, va, len, &pin->pt,
 					   p2pclient_free_callback, pin);
@@ -194,6 +232,7 @@ static int p2pclient_get(const char *op, u64 va, u64 len, u64 token, u32 va_spac
 	}
 	scnprintf(out, size, "ok %u ", id);
 	p2pclient_table_str(pin->pt, out + strlen(out), size - strlen(out));
+	p2pclient_read_end(pin);
 	return 0;
 }
 
@@ -223,22 +262,30 @@ static int p2pclient_map(struct p2pclient_pin *pin, const char *peer_name, bool 
 	ret = nvidia_p2p_dma_map_pages(peer, pin->pt, &map);
 	if (ret)
 		goto out;
+	/* Revoked meanwhile: the driver frees the mapping with the table. */
+	ret = -ENXIO;
+	if (!p2pclient_read_begin(pin))
+		goto out;
 	pin->maps[slot] = map;
 	n = scnprintf(out, size, "ok %d version=0x%08x entries=%u dma=", slot, map->version,
 		      map->entries);
 	for (i = 0; i < map->entries; i++)
 		n += scnprintf(out + n, size - n, "%s0x%llx", i ? "," : "", map->dma_addresses[i]);
+	p2pclient_read_end(pin);
+	ret = 0;
 out:
 	pci_dev_put(peer);
 	return ret;
 }
+
+/* Held around unmap_atomic's call. */
+static DEFINE_SPINLOCK(atomic_context);
 
 /* Where: 0 normally, 1 even after the callback, 2 also under a spinlock. */
 static int p2pclient_unmap(struct p2pclient_pin *pin, int slot, const char *peer_name,
 			   int where)
 {
 	struct pci_dev *peer = p2pclient_peer(peer_name);
-	DEFINE_SPINLOCK(atomic_context);
 	int ret = -EINVAL;
 
 	if (!peer)
@@ -261,11 +308,17 @@ static int p2pclient_unmap(struct p2pclient_pin *pin, int slot, const char *peer
 static int p2pclient_same(struct p2pclient_pin *a, struct p2pclient_pin *b, char *out,
 			  size_t size)
 {
-	if (atomic_read(&a->revoked) || atomic_read(&b->revoked))
+	if (!p2pclient_read_begin(a))
 		return -ENXIO;
+	if (!p2pclient_read_begin(b)) {
+		p2pclient_read_end(a);
+		return -ENXIO;
+	}
 	scnprintf(out, size, "table=%d uuid=%d uuid_bytes=%d", a->pt == b->pt,
 		  a->pt->gpu_uuid == b->pt->gpu_uuid,
 		  !memcmp(a->pt->gpu_uuid, b->pt->gpu_uuid, P2PCLIENT_UUID_LEN));
+	p2pclient_read_end(b);
+	p2pclient_read_end(a);
 	return 0;
 }
 
@@ -275,7 +328,7 @@ static int p2pclient_exec(char *cmd, char *out, size_t size)
 	u64 a = 0, b = 0, token = 0;
 	u32 va_space = 0, h = 0;
 	struct p2pclient_pin *pin, *other;
-	int n, slot = -1, where;
+	int n, slot = -1, where, ret;
 
 	n = sscanf(cmd, "%15s %llu %llu %llu %u", op, &a, &b, &token, &va_space);
 	if (n < 1)
@@ -309,7 +362,10 @@ static int p2pclient_exec(char *cmd, char *out, size_t size)
 
 		if (sscanf(cmd, "%15s %u %u", op, &h, &flags) < 2)
 			return -EINVAL;
-		return nvidia_p2p_put_pages_persistent(pin->va, pin->pt, flags);
+		ret = nvidia_p2p_put_pages_persistent(pin->va, pin->pt, flags);
+		if (!ret)
+			pin->released = true;
+		return ret;
 	}
 	if (!strcmp(op, "map") || !strcmp(op, "map_stale"))
 		return p2pclient_map(pin, arg, !strcmp(op, "map_stale"), out, size);
@@ -418,7 +474,7 @@ static void __exit p2pclient_exit(void)
 
 	debugfs_remove_recursive(client_dir);
 	xa_for_each(&client_pins, id, pin) {
-		if (pin->persistent && !atomic_read(&pin->revoked))
+		if (pin->persistent && !pin->released)
 			nvidia_p2p_put_pages_persistent(pin->va, pin->pt, 0);
 		kfree(pin);
 	}
