@@ -37,8 +37,9 @@
  *   DMA-mapped;
  * - DMA mappings per peer with dma_map_resource(), several peers per table;
  * - small allocations carved from shared 2 MiB pool blocks, the callbacks
- *   belonging to the block (the RM memory object), or, with
- *   callback_per_buffer, to each buffer; VMM objects (reservations, physical
+ *   belonging to each buffer (callback_per_buffer, the default, stricter
+ *   than the driver) or, as on the driver, to the block (the RM memory
+ *   object); VMM objects (reservations, physical
  *   allocations, mappings), a mapping pinned and called back like an
  *   allocation;
  * - a cache-coherent platform (module parameter coherent) whose pins bypass
@@ -126,10 +127,10 @@ module_param(fragmented_bar, bool, 0444);
 MODULE_PARM_DESC(fragmented_bar,
 		 "Scatter consecutive GPU pages in the BAR (7 pages apart) instead of handing out contiguous extents (default 0)");
 
-static bool callback_per_buffer;
+static bool callback_per_buffer = true;
 module_param(callback_per_buffer, bool, 0644);
 MODULE_PARM_DESC(callback_per_buffer,
-		 "Freeing a sub-allocated buffer calls back the pins over its 64 KiB pages, and a pool block goes with its last buffer (stricter than the driver); default 0: callbacks belong to the pool block, which is kept when empty until its file is closed or debugfs trim");
+		 "1 (default): freeing a sub-allocated buffer calls back the pins over its 64 KiB pages, and a pool block goes with its last buffer (stricter than the driver); 0: the driver's rule, callbacks belong to the pool block, which is kept when empty until its file is closed or debugfs trim");
 
 static unsigned int deferred_close;
 module_param(deferred_close, uint, 0644);
@@ -958,11 +959,12 @@ static u64 nvsim_pin_va(struct nvsim_pin *pin)
 }
 
 /*
- * Frees buffer @sub of pool block @a as cuMemFree does. The callbacks belong
- * to the block, the RM memory object behind the buffers: freeing a buffer
- * fires none, and a block left without buffers is kept (cached, as CUDA's
- * allocator keeps its blocks) until its file is closed or debugfs trim gives
- * it back. With callback_per_buffer, the stricter rule: the free callbacks
+ * Frees buffer @sub of pool block @a as cuMemFree does. With
+ * callback_per_buffer=0, the driver's rule: the callbacks belong to the block,
+ * the RM memory object behind the buffers; freeing a buffer fires none, and a
+ * block left without buffers is kept (cached, as CUDA's allocator keeps its
+ * blocks) until its file is closed or debugfs trim gives it back. With
+ * callback_per_buffer (the default), the stricter rule: the free callbacks
  * of the pins over the 64 KiB pages the buffer occupied fire, and the block
  * goes (with every pin over it) when its last buffer does. The freed bytes
  * are not poisoned: the pages stay in use by the block.

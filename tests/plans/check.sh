@@ -214,7 +214,7 @@ run_plan() {
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
 	NVSIM_FILTER='nvsim-persistent-flags|nvsim-page-table-version' NVSIM_SUFFIX=-coherent nvsim_suite coherent=1
 	NVSIM_FILTER=nvsim-bar-extents NVSIM_SUFFIX=-fragmented nvsim_suite fragmented_bar=1
-	NVSIM_FILTER=suballocation NVSIM_SUFFIX=-per-buffer nvsim_suite callback_per_buffer=1
+	NVSIM_FILTER=suballocation NVSIM_SUFFIX=-per-block nvsim_suite callback_per_buffer=0
 	for r in "put-pages-inside-the-callback-fails-with-a-warn warning" \
 		"dma-unmap-pages-in-atomic-context-is-reported bug" \
 		"read-of-a-table-after-its-callback-is-reported kasan"; do
