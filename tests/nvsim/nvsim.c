@@ -6,29 +6,49 @@
  * memory and as GPU BAR1: page tables carry real PCI bus addresses inside
  * that BAR, so a peer device can DMA to them. It exports the nv-p2p functions
  * with the C ABI of nv-p2p.h and reproduces the behaviour a peer module meets
- * in the real driver (Documentation/nvsim.rst lists it):
+ * in the real driver (Documentation/nvsim.rst lists it, with the place in
+ * NVIDIA's open modules each behaviour comes from):
  *
- * - 64 KiB alignment of va and len; NULL callback or data rejected;
+ * - 64 KiB alignment of va and len; a NULL callback rejected, NULL callback
+ *   data accepted;
  * - lookup of the memory by the calling process (current->tgid), or by
  *   p2p token; the range must lie inside one allocation;
+ * - pinning and callback registration are two steps under the global lock,
+ *   which is dropped between them: memory freed in between fails the pin;
  * - BAR1 accounting with a reserve, overlapping pins sharing mappings,
- *   -ENOMEM when exhausted; a pin cost, spent sleeping;
- * - put_pages from another process returns 0 and releases nothing;
- * - the free callback runs synchronously in the freeing thread while nvsim
- *   holds its global lock (nvsim_lock), which every other entry point takes;
- *   afterwards nvsim frees the table and its DMA mappings itself, poisoned;
+ *   -ENOMEM when exhausted; a pin cost, spent sleeping; contiguous BAR
+ *   extents (or, with fragmented_bar, scattered pages);
+ * - the driver's allocations: the page table inside a larger private object
+ *   that also holds the DMA-mapping list and its semaphore, the pages array,
+ *   one slab object per page and the GPU UUID each an allocation of its own,
+ *   every DMA mapping one too; all freed after the free callback returns (or
+ *   at put_pages), so that KASAN sees any later use (recycle=1 poisons them
+ *   and hands them out again, most recently freed first, instead);
+ * - put_pages finds the pin by (calling process, table); from another
+ *   process it returns 0 and releases nothing;
+ * - the free callback runs synchronously in the freeing thread (or in a
+ *   kernel thread, for a deferred close) while nvsim holds its global lock
+ *   (nvsim_lock), which every other entry point but dma_unmap_pages takes;
+ *   an nv-p2p call from inside the callback fails (put_pages with a WARN);
+ * - dma_unmap_pages takes only the table's mapping-list semaphore: it may
+ *   sleep, as every nv-p2p call may;
  * - persistent pins survive freeing the memory and are never called back;
+ *   their flags as the driver reads them; a FORCE_BAR1 pin cannot be
+ *   DMA-mapped;
  * - DMA mappings per peer with dma_map_resource(), several peers per table;
- * - small allocations carved from shared 2 MiB pool blocks; VMM objects
- *   (reservations, physical allocations, mappings), a mapping pinned and
- *   called back like an allocation;
- * - persistent-pin flags; a cache-coherent platform (module parameter
- *   coherent) whose pins bypass BAR1 unless FORCE_BAR1_MAPPING asks for it;
- * - page tables and DMA mappings are recycled most recently freed first, as
- *   a slab recycles them on a kernel without KASAN's quarantine, and a call
- *   that names one recycled while it waited is reported (client_errors).
+ * - small allocations carved from shared 2 MiB pool blocks, the callbacks
+ *   belonging to each buffer (callback_per_buffer, the default, stricter
+ *   than the driver) or, as on the driver, to the block (the RM memory
+ *   object); VMM objects (reservations, physical
+ *   allocations, mappings), a mapping pinned and called back like an
+ *   allocation;
+ * - a cache-coherent platform (module parameter coherent) whose pins bypass
+ *   BAR1 unless FORCE_BAR1_MAPPING asks for it.
  *
- * Fault injection, counters and knobs live in debugfs (nvsim/).
+ * A call that names a freed table or mapping is what the real driver turns
+ * into a use-after-free: nvsim does not touch the freed object, counts the
+ * call in client_errors and logs it. Fault injection, counters and knobs live
+ * in debugfs (nvsim/).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -44,6 +64,7 @@
 #include <linux/pci.h>
 #include <linux/random.h>
 #include <linux/sched.h>
+#include <linux/semaphore.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
@@ -65,8 +86,9 @@
 #define NVSIM_VMM_VA_BASE 0x10000000000ULL	/* first reserved VMM range (1 TiB) */
 #define NVSIM_POOL_BLOCK (2ULL << 20)	/* pool block of sub-allocations */
 #define NVSIM_SUB_ALIGN 256		/* cudaMalloc's alignment guarantee */
-#define NVSIM_PAGE_STRIDE 7		/* consecutive GPU pages are not contiguous in the BAR */
+#define NVSIM_PAGE_STRIDE 7		/* fragmented_bar: GPU pages this far apart in the BAR */
 #define NVSIM_POISON 0x6b
+#define NVSIM_UUID_LEN 16
 
 static unsigned int page_table_version = 0x00020000;
 module_param(page_table_version, uint, 0444);
@@ -95,11 +117,61 @@ module_param(gdrdrv_standin, bool, 0444);
 MODULE_PARM_DESC(gdrdrv_standin,
 		 "Register a misc device named gdrdrv that answers nothing, standing in for gdrcopy's gdrdrv, so that gdrpeer finds /dev/gdrdrv taken (default 0)");
 
+static int recycle = -1;
+module_param(recycle, int, 0644);
+MODULE_PARM_DESC(recycle,
+		 "Page tables and DMA mappings: 0 freed after the callback (or at put_pages), so that KASAN sees a later use; 1 poisoned and handed out again, most recently freed first, as a slab without KASAN's quarantine does (the stale-call tests); -1 (default) 1 unless the kernel has KASAN");
+
+static bool fragmented_bar;
+module_param(fragmented_bar, bool, 0444);
+MODULE_PARM_DESC(fragmented_bar,
+		 "Scatter consecutive GPU pages in the BAR (7 pages apart) instead of handing out contiguous extents (default 0)");
+
+static bool callback_per_buffer = true;
+module_param(callback_per_buffer, bool, 0644);
+MODULE_PARM_DESC(callback_per_buffer,
+		 "1 (default): freeing a sub-allocated buffer calls back the pins over its 64 KiB pages, and a pool block goes with its last buffer (stricter than the driver); 0: the driver's rule, callbacks belong to the pool block, which is kept when empty until its file is closed or debugfs trim");
+
+static unsigned int deferred_close;
+module_param(deferred_close, uint, 0644);
+MODULE_PARM_DESC(deferred_close,
+		 "Percentage of /dev/nvsim closes whose frees (and callbacks) run later in a kernel thread, as the driver defers a close to its own thread (default 0)");
+
+/* Whether freed tables and mappings are recycled (module parameter recycle). */
+static bool nvsim_recycling(void)
+{
+	int r = READ_ONCE(recycle);
+
+	return r < 0 ? !IS_ENABLED(CONFIG_KASAN) : r;
+}
+
 /*
- * The global lock. Every exported function but the two free_* no-ops takes
- * it, and the free callback runs with it held, as in the real driver.
+ * The global lock, the driver's RM API lock. Every exported function but
+ * dma_unmap_pages and the two free_* no-ops takes it, and the free callback
+ * runs with it held, as in the real driver. nvsim_lock_owner says which task
+ * holds it: an nv-p2p call from inside a callback finds itself there and
+ * fails, as the driver's re-entrant acquire of its lock does.
  */
 static DEFINE_MUTEX(nvsim_lock);
+static struct task_struct *nvsim_lock_owner;
+
+static void nvsim_lock_acquire(void)
+{
+	mutex_lock(&nvsim_lock);
+	WRITE_ONCE(nvsim_lock_owner, current);
+}
+
+static void nvsim_lock_release(void)
+{
+	WRITE_ONCE(nvsim_lock_owner, NULL);
+	mutex_unlock(&nvsim_lock);
+}
+
+/* Whether the caller holds nvsim_lock: an nv-p2p call from a free callback. */
+static bool nvsim_lock_held_by_me(void)
+{
+	return READ_ONCE(nvsim_lock_owner) == current;
+}
 
 /* One simulated GPU: the ivshmem device. Protected by nvsim_lock. */
 static struct {
@@ -115,7 +187,9 @@ static struct {
 	u64 bar1_size;		/* aperture; debugfs can shrink it at run time */
 } gpu;
 
-static u8 nvsim_gpu_uuid[16] = { 'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-', '0' };
+static const u8 nvsim_gpu_uuid[NVSIM_UUID_LEN] = {
+	'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-', '0'
+};
 
 /* Counters (debugfs nvsim/stats); protected by nvsim_lock unless atomic. */
 static struct {
@@ -125,9 +199,15 @@ static struct {
 	u64 freed_page_writes;
 	u64 buffer_id_next, vmm_handle_next;
 	u64 vmm_reservations_live, vmm_handles_live, suballocations_live;
+	u64 pool_blocks_cached;
 	u64 persistent_flags_last, put_persistent_flags_last, force_bar1_pins;
+	u64 pins_failed_between_steps, deferred_closes;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
+	/* The driver's allocations behind what clients see, live. */
+	atomic64_t tables_live, page_objects_live, uuids_live, mapping_objects_live;
+	atomic64_t objects_recycled;	/* tables and mappings handed out again */
+	atomic_t deferred_closes_pending;
 	/*
 	 * Time spent in get_pages and put_pages (persistent or not), entry to
 	 * return, cost-model sleep and lock wait included; and put_pages calls.
@@ -135,6 +215,13 @@ static struct {
 	 */
 	atomic64_t get_pages_ns, put_pages_ns, put_pages_calls;
 } st = { .buffer_id_next = 1, .vmm_handle_next = 1 };
+
+/* Counts misuse by a client: the call's log line says what it was. */
+#define nvsim_client_err(fmt, ...)				\
+	do {							\
+		pr_err("client error: " fmt, ##__VA_ARGS__);	\
+		atomic64_inc(&st.client_errors);		\
+	} while (0)
 
 /* A process's GPU virtual address space. */
 struct nvsim_space {
@@ -188,78 +275,96 @@ struct nvsim_alloc {
 	u32 *pages;			/* BAR page of each GPU page */
 	bool sync_memops;
 	bool pool;			/* a pool block: buffers are in subs */
+	bool cached;			/* a pool block with no buffer, kept (per-block rule) */
 	struct list_head subs;
 	struct nvsim_phys *phys;	/* a VMM mapping: pages are phys's */
 	struct list_head pins;
 };
 
 /*
- * A page table or DMA mapping handed out to clients. nvsim recycles them the
- * way a slab does on a kernel without KASAN's quarantine: the most recently
- * freed object is handed out first, so a client that calls with a pointer to
- * a freed table often names a newer pin's table. nvsim keeps the objects until
- * it is unloaded, and each has a generation, bumped whenever it is handed out:
- * a call reads the generation of what it names on entry, and if that changed
- * by the time it holds nvsim_lock, the object was freed and handed to someone
- * else while it waited. That is a stale pointer in the client: reported.
+ * A pin: the driver's private object around the page table (nv_p2p_mem_info
+ * in nv-p2p.c). The table clients see lives inside it, next to the callback,
+ * the DMA-mapping list and the semaphore that guards that list; the table's
+ * pages array, each page and the GPU UUID are allocations of their own.
+ * Freed (or, with recycle, poisoned and kept for reuse) after the free
+ * callback returns or at put_pages.
  */
-struct nvsim_obj {
-	struct list_head free_node;	/* in its pool while free */
-	struct hlist_node hash;		/* in nvsim_objs, by key, until unload */
-	unsigned long key;		/* the address clients see */
-	u64 gen;			/* under nvsim_pool_lock */
-};
-
-struct nvsim_table {
-	struct nvsim_obj obj;		/* first: kfree() of the object */
-	struct nvidia_p2p_page_table pt;
-};
-
 struct nvsim_pin {
-	struct list_head node;		/* in alloc->pins */
-	struct hlist_node hash;		/* in nvsim_pins, keyed by pt */
+	void (*free_callback)(void *data);
+	void *data;
+	struct nvidia_p2p_page_table pt;
+	struct {
+		struct list_head head;	/* struct nvsim_map, by node */
+		struct semaphore lock;
+	} maps;
+	/* nvsim's own bookkeeping */
+	struct list_head node;		/* in alloc->pins, or the recycle pool */
+	struct hlist_node hash;		/* in nvsim_pins, keyed by &pt, while registered */
 	struct nvsim_alloc *alloc;
-	struct nvidia_p2p_page_table *pt;
 	u32 first, count;		/* GPU pages of alloc */
 	pid_t tgid;
 	bool persistent;
 	bool bar1;			/* mapped through BAR1 (not a coherent pin) */
-	void (*free_callback)(void *data);
-	void *data;
-	struct list_head maps;
+	bool force_bar1;		/* pinned with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING */
+	bool registered;		/* both steps of the pin done: in nvsim_pins */
+	bool orphaned;			/* its memory was freed between the two steps */
 };
 
+/*
+ * A node of a table's DMA-mapping list (the driver's nv_p2p_dma_mapping).
+ * The mapping clients see is an allocation of its own, as in the driver.
+ */
 struct nvsim_map {
-	struct nvsim_obj obj;		/* first: kfree() of the object */
-	struct list_head node;		/* in pin->maps */
-	struct nvidia_p2p_dma_mapping m;
+	struct list_head node;		/* in pin->maps.head, or the recycle pool */
+	struct nvidia_p2p_dma_mapping *m;
+	struct nvsim_pin *pin;
 };
 
 struct nvsim_file {
 	struct list_head allocs;
 	struct list_head reserves;
 	struct list_head phys;
+	struct work_struct deferred_close;
 };
 
 static LIST_HEAD(nvsim_spaces);
 static LIST_HEAD(nvsim_zombies);	/* freed, still held by persistent pins */
 static LIST_HEAD(nvsim_all_allocs);
 static LIST_HEAD(nvsim_all_phys);
-static DEFINE_HASHTABLE(nvsim_pins, 12);
+
 /*
- * nvsim_pins and every pin's maps list change under both nvsim_lock and
- * nvsim_map_lock, and may be read under either. dma_unmap_pages takes only
- * nvsim_map_lock, as the real driver takes only its table's mapping-list lock
- * there (not the global one): a free callback may wait for an unmap.
+ * Registered pins by the address of their table. Changes under nvsim_lock
+ * and nvsim_pins_mutex, read under either; dma_unmap_pages takes only
+ * nvsim_pins_mutex (to find the table) and then the table's semaphore, as the
+ * real driver takes only that semaphore there: a free callback may wait for
+ * an unmap. A pin's mapping list changes under its semaphore.
  */
-static DEFINE_SPINLOCK(nvsim_map_lock);
+static DEFINE_HASHTABLE(nvsim_pins, 12);
+static DEFINE_MUTEX(nvsim_pins_mutex);
 static u32 unmap_delay_us;	/* debugfs unmap_delay_us */
 
-/* Recycled tables and mappings (struct nvsim_obj). */
+/* The driver's slab cache of struct nvidia_p2p_page. */
+static struct kmem_cache *nvsim_page_cache;
+
+/* recycle=1: freed pins (tables) and mappings, most recently freed first. */
 static DEFINE_SPINLOCK(nvsim_pool_lock);
-static DEFINE_HASHTABLE(nvsim_objs, 12);
-static LIST_HEAD(nvsim_free_tables);
+static LIST_HEAD(nvsim_free_pins);
 static LIST_HEAD(nvsim_free_maps);
+
+/*
+ * The nv-p2p calls in progress, with the table (and mapping) each names.
+ * When nvsim frees a table or a mapping it marks the calls naming it: a call
+ * whose table was freed while it waited for nvsim_lock named freed memory,
+ * whatever the address names by the time it gets the lock.
+ */
+struct nvsim_call {
+	struct list_head node;		/* in nvsim_calls */
+	const void *table, *mapping;
+	bool table_freed, mapping_freed;
+};
+
+static LIST_HEAD(nvsim_calls);
+static DEFINE_SPINLOCK(nvsim_calls_lock);
 
 /*
  * One-shot test knobs (debugfs): the next put_pages or dma_map_pages sleeps
@@ -283,6 +388,9 @@ static struct {
 	u64 buffer_id;		/* 0: none armed for free_on_pin */
 	unsigned int delay_us;
 } free_on_pin;
+
+/* debugfs free_between_pin_steps: a buffer freed inside the next pin that covers it. */
+static u64 free_between_steps_id;
 
 struct nvsim_delayed_free {
 	struct list_head node;		/* in nvsim_delayed_frees */
@@ -415,78 +523,73 @@ static void nvsim_bar1_put(struct nvsim_alloc *a, u32 first, u32 count)
 			st.bar1_used -= GPU_PAGE_SIZE;
 }
 
-/*
- * Hands out the most recently freed object of @pool, or @fresh (a new object
- * of @size, zeroed, whose client-visible part starts @key_off bytes in) when
- * the pool is empty; NULL without memory.
- */
-static struct nvsim_obj *nvsim_obj_get(struct list_head *pool, size_t size, size_t key_off)
-{
-	struct nvsim_obj *o;
+/* --- Calls in progress and the objects they name --------------------------- */
 
-	spin_lock(&nvsim_pool_lock);
-	o = list_first_entry_or_null(pool, struct nvsim_obj, free_node);
-	if (o)
-		list_del(&o->free_node);
-	spin_unlock(&nvsim_pool_lock);
-	if (!o) {
-		o = kzalloc(size, GFP_KERNEL);
-		if (!o)
-			return NULL;
-		o->key = (unsigned long)o + key_off;
-		spin_lock(&nvsim_pool_lock);
-		hash_add(nvsim_objs, &o->hash, o->key);
-		spin_unlock(&nvsim_pool_lock);
+static void nvsim_call_begin(struct nvsim_call *c, const void *table, const void *mapping)
+{
+	c->table = table;
+	c->mapping = mapping;
+	c->table_freed = false;
+	c->mapping_freed = false;
+	spin_lock(&nvsim_calls_lock);
+	list_add(&c->node, &nvsim_calls);
+	spin_unlock(&nvsim_calls_lock);
+}
+
+static void nvsim_call_end(struct nvsim_call *c)
+{
+	spin_lock(&nvsim_calls_lock);
+	list_del(&c->node);
+	spin_unlock(&nvsim_calls_lock);
+}
+
+/* Whether the call's table (or mapping) was freed since nvsim_call_begin(). */
+static bool nvsim_call_saw_free(struct nvsim_call *c, bool mapping)
+{
+	bool freed;
+
+	spin_lock(&nvsim_calls_lock);
+	freed = mapping ? c->mapping_freed : c->table_freed;
+	spin_unlock(&nvsim_calls_lock);
+	return freed;
+}
+
+/* Marks the calls in progress that name @table or @mapping: it is being freed. */
+static void nvsim_calls_mark_freed(const void *table, const void *mapping)
+{
+	struct nvsim_call *c;
+
+	spin_lock(&nvsim_calls_lock);
+	list_for_each_entry(c, &nvsim_calls, node) {
+		if (table && c->table == table)
+			c->table_freed = true;
+		if (mapping && c->mapping == mapping)
+			c->mapping_freed = true;
 	}
-	memset((void *)o->key, 0, size - key_off);
-	spin_lock(&nvsim_pool_lock);
-	o->gen++;
-	spin_unlock(&nvsim_pool_lock);
-	return o;
+	spin_unlock(&nvsim_calls_lock);
 }
 
-/* Poisons what clients see of @o and puts it first in @pool. */
-static void nvsim_obj_put(struct nvsim_obj *o, struct list_head *pool, size_t size)
+/* The registered pin whose table is @pt, or NULL. */
+static struct nvsim_pin *nvsim_pin_by_table(const struct nvidia_p2p_page_table *pt)
 {
-	memset((void *)o->key, NVSIM_POISON, size - (o->key - (unsigned long)o));
-	spin_lock(&nvsim_pool_lock);
-	list_add(&o->free_node, pool);
-	spin_unlock(&nvsim_pool_lock);
+	struct nvsim_pin *pin;
+
+	lockdep_assert(lockdep_is_held(&nvsim_lock) || lockdep_is_held(&nvsim_pins_mutex));
+	hash_for_each_possible(nvsim_pins, pin, hash, (unsigned long)pt)
+		if (&pin->pt == pt)
+			return pin;
+	return NULL;
 }
 
-/* The generation of what clients know as @key; 0 if nvsim never handed it out. */
-static u64 nvsim_obj_gen(const void *key)
+/* Whether @pt is the table of a registered pin now. */
+static bool nvsim_table_live(const struct nvidia_p2p_page_table *pt)
 {
-	struct nvsim_obj *o;
-	u64 gen = 0;
+	bool live;
 
-	spin_lock(&nvsim_pool_lock);
-	hash_for_each_possible(nvsim_objs, o, hash, (unsigned long)key) {
-		if (o->key == (unsigned long)key) {
-			gen = o->gen;
-			break;
-		}
-	}
-	spin_unlock(&nvsim_pool_lock);
-	return gen;
-}
-
-/* Whether @key was handed out again since a call read @gen on entry. */
-static bool nvsim_recycled_since(const void *key, u64 gen)
-{
-	return gen && nvsim_obj_gen(key) != gen;
-}
-
-static void nvsim_objs_destroy(void)
-{
-	struct hlist_node *tmp;
-	struct nvsim_obj *o;
-	int bkt;
-
-	hash_for_each_safe(nvsim_objs, bkt, tmp, o, hash) {
-		hash_del(&o->hash);
-		kfree(o);
-	}
+	mutex_lock(&nvsim_pins_mutex);
+	live = nvsim_pin_by_table(pt);
+	mutex_unlock(&nvsim_pins_mutex);
+	return live;
 }
 
 /* Sleeps on entry to a call if the test armed @knob (one shot). */
@@ -501,67 +604,88 @@ static void nvsim_entry_delay(u32 *knob)
 	atomic_dec(&calls_delayed);
 }
 
-static struct nvsim_map *nvsim_map_get(void)
+/* --- The driver's objects: tables and DMA mappings ------------------------- */
+
+/* A zeroed pin (with its table), recycled under recycle=1, or NULL. */
+static struct nvsim_pin *nvsim_pin_new(void)
 {
-	struct nvsim_obj *o = nvsim_obj_get(&nvsim_free_maps, sizeof(struct nvsim_map),
-					    offsetof(struct nvsim_map, m));
+	struct nvsim_pin *pin = NULL;
 
-	return o ? container_of(o, struct nvsim_map, obj) : NULL;
-}
-
-static void nvsim_map_put(struct nvsim_map *map)
-{
-	nvsim_obj_put(&map->obj, &nvsim_free_maps, sizeof(*map));
-}
-
-/* Unmaps and frees a mapping already unlinked from its pin. */
-static void nvsim_unmap_one(struct nvsim_map *map)
-{
-	u32 i;
-
-	for (i = 0; i < map->m.entries; i++)
-		dma_unmap_resource(&map->m.pci_dev->dev, map->m.dma_addresses[i],
-				   GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-	memset(map->m.dma_addresses, NVSIM_POISON, sizeof(u64) * map->m.entries);
-	kfree(map->m.dma_addresses);
-	nvsim_map_put(map);
-	atomic64_dec(&st.dma_mappings_live);
-}
-
-static void nvsim_table_put(struct nvidia_p2p_page_table *pt)
-{
-	struct nvsim_table *t = container_of(pt, struct nvsim_table, pt);
-
-	nvsim_obj_put(&t->obj, &nvsim_free_tables, sizeof(*t));
-}
-
-static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u32 first, u32 count,
-						      bool bar1)
-{
-	struct nvidia_p2p_page_table *pt = NULL;
-	struct nvidia_p2p_page *pages;
-	struct nvsim_obj *o;
-	u32 i;
-
-	o = nvsim_obj_get(&nvsim_free_tables, sizeof(struct nvsim_table),
-			  offsetof(struct nvsim_table, pt));
-	pages = kcalloc(count, sizeof(*pages), GFP_KERNEL);
-	if (o) {
-		pt = &container_of(o, struct nvsim_table, obj)->pt;
-		pt->pages = kcalloc(count, sizeof(*pt->pages), GFP_KERNEL);
-	}
-	if (!pt || !pages || !pt->pages) {
-		kfree(pages);
-		if (pt) {
-			kfree(pt->pages);
-			nvsim_table_put(pt);
+	if (nvsim_recycling()) {
+		spin_lock(&nvsim_pool_lock);
+		pin = list_first_entry_or_null(&nvsim_free_pins, struct nvsim_pin, node);
+		if (pin)
+			list_del(&pin->node);
+		spin_unlock(&nvsim_pool_lock);
+		if (pin) {
+			memset(pin, 0, sizeof(*pin));
+			atomic64_inc(&st.objects_recycled);
 		}
-		return NULL;
 	}
+	if (!pin)
+		pin = kzalloc_obj(*pin, GFP_KERNEL);
+	if (!pin)
+		return NULL;
+	INIT_LIST_HEAD(&pin->maps.head);
+	sema_init(&pin->maps.lock, 1);
+	INIT_LIST_HEAD(&pin->node);
+	atomic64_inc(&st.tables_live);
+	return pin;
+}
+
+/*
+ * Frees what the table of @pin points to (pages, each page, the UUID), then
+ * the pin itself; poisoned first, so that a stale read on a kernel without
+ * KASAN sees the poison. Calls in progress naming the table are marked.
+ */
+static void nvsim_pin_free(struct nvsim_pin *pin)
+{
+	struct nvidia_p2p_page_table *pt = &pin->pt;
+	u32 i;
+
+	nvsim_calls_mark_freed(pt, NULL);
+	for (i = 0; pt->pages && i < pt->entries; i++) {
+		memset(pt->pages[i], NVSIM_POISON, sizeof(*pt->pages[i]));
+		kmem_cache_free(nvsim_page_cache, pt->pages[i]);
+		atomic64_dec(&st.page_objects_live);
+	}
+	if (pt->pages) {
+		memset(pt->pages, NVSIM_POISON, sizeof(*pt->pages) * pt->entries);
+		kfree(pt->pages);
+	}
+	if (pt->gpu_uuid) {
+		memset(pt->gpu_uuid, NVSIM_POISON, NVSIM_UUID_LEN);
+		kfree(pt->gpu_uuid);
+		atomic64_dec(&st.uuids_live);
+	}
+	memset(pin, NVSIM_POISON, sizeof(*pin));
+	atomic64_dec(&st.tables_live);
+	if (nvsim_recycling()) {
+		spin_lock(&nvsim_pool_lock);
+		list_add(&pin->node, &nvsim_free_pins);
+		spin_unlock(&nvsim_pool_lock);
+	} else {
+		kfree(pin);
+	}
+}
+
+/*
+ * Fills the table of @pin for GPU pages [first, first + count) of @a: the
+ * pages array, one slab object per page, a GPU UUID of its own.
+ */
+static int nvsim_table_fill(struct nvsim_pin *pin, struct nvsim_alloc *a, u32 first,
+			    u32 count, bool bar1)
+{
+	struct nvidia_p2p_page_table *pt = &pin->pt;
+	u32 i;
+
+	pt->pages = kcalloc(count, sizeof(*pt->pages), GFP_KERNEL);
+	pt->gpu_uuid = kmemdup(nvsim_gpu_uuid, NVSIM_UUID_LEN, GFP_KERNEL);
+	if (pt->gpu_uuid)
+		atomic64_inc(&st.uuids_live);
+	if (!pt->pages || !pt->gpu_uuid)
+		return -ENOMEM;
 	pt->version = page_table_version;
-	pt->page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
-	pt->entries = count;
-	pt->gpu_uuid = nvsim_gpu_uuid;
 	/*
 	 * A coherent pin carries the memory's CPU physical address (the same
 	 * as the bus address in the guest) and CPU_CACHEABLE; 1.x tables have
@@ -570,25 +694,95 @@ static struct nvidia_p2p_page_table *nvsim_table_alloc(struct nvsim_alloc *a, u3
 	if (page_table_version >> 16 >= 2 && !bar1)
 		pt->flags = NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE;
 	for (i = 0; i < count; i++) {
+		struct nvidia_p2p_page *page = kmem_cache_zalloc(nvsim_page_cache, GFP_KERNEL);
 		u32 bar_page = a->pages[first + i];
 
-		pages[i].physical_address = bar1 ? nvsim_page_bus(bar_page) :
+		if (!page)
+			return -ENOMEM;
+		atomic64_inc(&st.page_objects_live);
+		page->physical_address = bar1 ? nvsim_page_bus(bar_page) :
 			gpu.bar_phys + ((phys_addr_t)bar_page << GPU_PAGE_SHIFT);
-		pt->pages[i] = &pages[i];
+		pt->pages[i] = page;
+		pt->entries++;
 	}
-	return pt;
+	pt->page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
+	return 0;
 }
 
-static void nvsim_table_free(struct nvidia_p2p_page_table *pt)
+/* A DMA-mapping node and its mapping (zeroed), recycled under recycle=1, or NULL. */
+static struct nvsim_map *nvsim_map_new(void)
 {
-	struct nvidia_p2p_page *pages = pt->pages[0];
-	u32 n = pt->entries;
+	struct nvsim_map *map = NULL;
 
-	memset(pages, NVSIM_POISON, sizeof(*pages) * n);
-	kfree(pages);
-	memset(pt->pages, NVSIM_POISON, sizeof(*pt->pages) * n);
-	kfree(pt->pages);
-	nvsim_table_put(pt);
+	if (nvsim_recycling()) {
+		spin_lock(&nvsim_pool_lock);
+		map = list_first_entry_or_null(&nvsim_free_maps, struct nvsim_map, node);
+		if (map)
+			list_del(&map->node);
+		spin_unlock(&nvsim_pool_lock);
+		if (map) {
+			memset(map->m, 0, sizeof(*map->m));
+			atomic64_inc(&st.objects_recycled);
+		}
+	}
+	if (!map) {
+		map = kzalloc_obj(*map, GFP_KERNEL);
+		if (!map)
+			return NULL;
+		map->m = kzalloc_obj(*map->m, GFP_KERNEL);
+		if (!map->m) {
+			kfree(map);
+			return NULL;
+		}
+	}
+	map->pin = NULL;
+	atomic64_inc(&st.mapping_objects_live);
+	return map;
+}
+
+/* Frees (or, with recycle, poisons and keeps) a node and its mapping. */
+static void nvsim_map_free(struct nvsim_map *map)
+{
+	nvsim_calls_mark_freed(NULL, map->m);
+	memset(map->m, NVSIM_POISON, sizeof(*map->m));
+	atomic64_dec(&st.mapping_objects_live);
+	if (nvsim_recycling()) {
+		spin_lock(&nvsim_pool_lock);
+		list_add(&map->node, &nvsim_free_maps);
+		spin_unlock(&nvsim_pool_lock);
+	} else {
+		kfree(map->m);
+		kfree(map);
+	}
+}
+
+/* Unmaps and frees a mapping already unlinked from its pin. */
+static void nvsim_unmap_one(struct nvsim_map *map)
+{
+	struct nvidia_p2p_dma_mapping *m = map->m;
+	u32 i;
+
+	for (i = 0; i < m->entries; i++)
+		dma_unmap_resource(&m->pci_dev->dev, m->dma_addresses[i],
+				   GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+	if (m->dma_addresses)
+		memset(m->dma_addresses, NVSIM_POISON, sizeof(u64) * m->entries);
+	kfree(m->dma_addresses);
+	nvsim_map_free(map);
+	atomic64_dec(&st.dma_mappings_live);
+}
+
+static void nvsim_pools_destroy(void)
+{
+	struct nvsim_pin *pin, *pnext;
+	struct nvsim_map *map, *mnext;
+
+	list_for_each_entry_safe(pin, pnext, &nvsim_free_pins, node)
+		kfree(pin);
+	list_for_each_entry_safe(map, mnext, &nvsim_free_maps, node) {
+		kfree(map->m);
+		kfree(map);
+	}
 }
 
 /* Releases a pin: its DMA mappings, its BAR1 mapping, its table. */
@@ -598,21 +792,41 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
 	LIST_HEAD(maps);
 
 	lockdep_assert_held(&nvsim_lock);
-	spin_lock(&nvsim_map_lock);
-	list_splice_init(&pin->maps, &maps);
-	hash_del(&pin->hash);
-	spin_unlock(&nvsim_map_lock);
+	if (pin->registered) {
+		mutex_lock(&nvsim_pins_mutex);
+		hash_del(&pin->hash);
+		mutex_unlock(&nvsim_pins_mutex);
+	}
+	/* An unmap that found the table before it left the hash is done after this. */
+	down(&pin->maps.lock);
+	list_splice_init(&pin->maps.head, &maps);
+	up(&pin->maps.lock);
 	list_for_each_entry_safe(map, next, &maps, node)
 		nvsim_unmap_one(map);
 	if (pin->bar1)
 		nvsim_bar1_put(pin->alloc, pin->first, pin->count);
 	list_del(&pin->node);
-	nvsim_table_free(pin->pt);
-	if (pin->persistent)
-		st.persistent_pins_live--;
-	else
-		st.pins_live--;
-	kfree(pin);
+	if (pin->registered) {
+		if (pin->persistent)
+			st.persistent_pins_live--;
+		else
+			st.pins_live--;
+	}
+	nvsim_pin_free(pin);
+}
+
+/*
+ * A pin between its two steps whose memory is being freed: it loses its
+ * BAR1 mapping and its allocation, and the pinning thread fails it.
+ */
+static void nvsim_pin_orphan(struct nvsim_pin *pin)
+{
+	lockdep_assert_held(&nvsim_lock);
+	if (pin->bar1)
+		nvsim_bar1_put(pin->alloc, pin->first, pin->count);
+	list_del_init(&pin->node);
+	pin->alloc = NULL;
+	pin->orphaned = true;
 }
 
 /*
@@ -688,8 +902,11 @@ static void nvsim_alloc_destroy(struct nvsim_alloc *a)
 		st.suballocations_live--;
 	}
 	list_del(&a->node);
+	if (a->cached)
+		st.pool_blocks_cached--;
+	else
+		st.allocations_live--;
 	kfree(a);
-	st.allocations_live--;
 }
 
 static void nvsim_space_put_if_empty(struct nvsim_space *s)
@@ -710,7 +927,8 @@ static void nvsim_fire_callback(struct nvsim_pin *pin)
 /*
  * Frees an allocation as cuMemFree or process exit does: every callback pin
  * gets its free callback, synchronously and under nvsim_lock, and is then
- * torn down by nvsim. Persistent pins keep the memory alive.
+ * torn down by nvsim; a pin between its two steps fails. Persistent pins keep
+ * the memory alive.
  */
 static void nvsim_free_alloc(struct nvsim_alloc *a)
 {
@@ -718,9 +936,12 @@ static void nvsim_free_alloc(struct nvsim_alloc *a)
 	struct nvsim_space *s = a->space;
 
 	lockdep_assert_held(&nvsim_lock);
-	list_for_each_entry_safe(pin, next, &a->pins, node)
-		if (!pin->persistent)
+	list_for_each_entry_safe(pin, next, &a->pins, node) {
+		if (!pin->registered)
+			nvsim_pin_orphan(pin);
+		else if (!pin->persistent)
 			nvsim_fire_callback(pin);
+	}
 	list_del(&a->file_node);
 	list_del(&a->all_node);
 	a->space = NULL;
@@ -738,7 +959,12 @@ static u64 nvsim_pin_va(struct nvsim_pin *pin)
 }
 
 /*
- * Frees buffer @sub of pool block @a as cuMemFree does: the free callbacks
+ * Frees buffer @sub of pool block @a as cuMemFree does. With
+ * callback_per_buffer=0, the driver's rule: the callbacks belong to the block,
+ * the RM memory object behind the buffers; freeing a buffer fires none, and a
+ * block left without buffers is kept (cached, as CUDA's allocator keeps its
+ * blocks) until its file is closed or debugfs trim gives it back. With
+ * callback_per_buffer (the default), the stricter rule: the free callbacks
  * of the pins over the 64 KiB pages the buffer occupied fire, and the block
  * goes (with every pin over it) when its last buffer does. The freed bytes
  * are not poisoned: the pages stay in use by the block.
@@ -753,6 +979,14 @@ static void nvsim_free_sub(struct nvsim_alloc *a, struct nvsim_sub *sub)
 	list_del(&sub->node);
 	kfree(sub);
 	st.suballocations_live--;
+	if (!READ_ONCE(callback_per_buffer)) {
+		if (list_empty(&a->subs)) {
+			a->cached = true;
+			st.allocations_live--;
+			st.pool_blocks_cached++;
+		}
+		return;
+	}
 	if (list_empty(&a->subs)) {
 		nvsim_free_alloc(a);
 		return;
@@ -760,10 +994,25 @@ static void nvsim_free_sub(struct nvsim_alloc *a, struct nvsim_sub *sub)
 	list_for_each_entry_safe(pin, next, &a->pins, node) {
 		u64 va = nvsim_pin_va(pin);
 
-		if (!pin->persistent && va < hi &&
-		    va + ((u64)pin->count << GPU_PAGE_SHIFT) > lo)
+		if (pin->persistent || va >= hi ||
+		    va + ((u64)pin->count << GPU_PAGE_SHIFT) <= lo)
+			continue;
+		if (pin->registered)
 			nvsim_fire_callback(pin);
+		else
+			nvsim_pin_orphan(pin);
 	}
+}
+
+/* Gives every cached (empty) pool block back: the callbacks over them fire. */
+static void nvsim_trim_pools(void)
+{
+	struct nvsim_alloc *a, *next;
+
+	lockdep_assert_held(&nvsim_lock);
+	list_for_each_entry_safe(a, next, &nvsim_all_allocs, all_node)
+		if (a->cached)
+			nvsim_free_alloc(a);
 }
 
 /* Frees what debugfs names by @buffer_id: an allocation or a pool block's buffer. */
@@ -787,10 +1036,10 @@ static void nvsim_delayed_free_fn(struct work_struct *work)
 	struct nvsim_delayed_free *df =
 		container_of(to_delayed_work(work), struct nvsim_delayed_free, work);
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	list_del(&df->node);
 	nvsim_free_by_id(df->buffer_id);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	kfree(df);
 }
 
@@ -822,10 +1071,21 @@ static bool nvsim_pin_has_id(struct nvsim_pin *pin, u64 buffer_id)
 	return false;
 }
 
-static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
-			      struct nvidia_p2p_page_table **page_table,
-			      void (*free_callback)(void *data), void *data,
-			      bool persistent, bool force_bar1)
+/* An nv-p2p call from inside a free callback: the driver's lock is taken already. */
+static int nvsim_reentered(const char *call)
+{
+	nvsim_client_err("%s from inside a free callback: the driver's lock is held by this thread\n",
+			 call);
+	return -EIO;
+}
+
+/*
+ * The first step of a pin, under nvsim_lock: finds the memory, accounts
+ * BAR1, builds the table and pays the cost. A persistent pin is complete
+ * after it; a callback pin is left on its allocation, not registered yet.
+ */
+static int nvsim_pin_step1(u64 p2p_token, u32 va_space, u64 va, u64 len, bool persistent,
+			   bool force_bar1, struct nvsim_pin **pinp)
 {
 	bool bar1 = !coherent || force_bar1;
 	unsigned long cost_us;
@@ -835,21 +1095,14 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	u32 first, count;
 	int ret;
 
-	if (!page_table || !len || (va & ~GPU_PAGE_MASK) || (len & ~GPU_PAGE_MASK))
-		return -EINVAL;
-	if (!persistent && (!free_callback || !data))
-		return -EINVAL;
-
-	mutex_lock(&nvsim_lock);
+	lockdep_assert_held(&nvsim_lock);
 	st.get_pages_calls++;
 	ret = nvsim_fault_hit(&fault_get_pages);
 	if (ret)
-		goto out;
-	ret = -ENODEV;
+		return ret;
 	if (!gpu.pdev)
-		goto out;
+		return -ENODEV;
 
-	ret = -EINVAL;
 	if (p2p_token)
 		s = nvsim_space_by_token(p2p_token, va_space);
 	else if (current->flags & PF_KTHREAD)
@@ -859,21 +1112,19 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	a = nvsim_find(s, va, len);
 	/* Tokens are not supported for cuMemCreate memory. */
 	if (!a || (p2p_token && a->phys))
-		goto out;
+		return -EINVAL;
 	first = (va - a->va) >> GPU_PAGE_SHIFT;
 	count = len >> GPU_PAGE_SHIFT;
 
-	ret = -ENOMEM;
 	if (bar1 &&
 	    st.bar1_used + nvsim_bar1_new_bytes(a, first, count) + bar1_reserve > gpu.bar1_size)
-		goto out;
-	pin = kzalloc_obj(*pin, GFP_KERNEL);
+		return -ENOMEM;
+	pin = nvsim_pin_new();
 	if (!pin)
-		goto out;
-	pin->pt = nvsim_table_alloc(a, first, count, bar1);
-	if (!pin->pt) {
-		kfree(pin);
-		goto out;
+		return -ENOMEM;
+	if (nvsim_table_fill(pin, a, first, count, bar1)) {
+		nvsim_pin_free(pin);
+		return -ENOMEM;
 	}
 	/*
 	 * Pinning is expensive in the real driver; so it is here, under the lock.
@@ -891,32 +1142,98 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	pin->tgid = current->tgid;
 	pin->persistent = persistent;
 	pin->bar1 = bar1;
-	pin->free_callback = free_callback;
-	pin->data = data;
-	INIT_LIST_HEAD(&pin->maps);
+	pin->force_bar1 = force_bar1;
 	list_add_tail(&pin->node, &a->pins);
-	spin_lock(&nvsim_map_lock);
-	hash_add(nvsim_pins, &pin->hash, (unsigned long)pin->pt);
-	spin_unlock(&nvsim_map_lock);
 	if (bar1)
 		nvsim_bar1_get(a, first, count);
-	if (persistent)
+	*pinp = pin;
+	return 0;
+}
+
+/* Makes @pin known to put_pages, dma_map_pages and the free paths. */
+static void nvsim_pin_register(struct nvsim_pin *pin)
+{
+	lockdep_assert_held(&nvsim_lock);
+	mutex_lock(&nvsim_pins_mutex);
+	hash_add(nvsim_pins, &pin->hash, (unsigned long)&pin->pt);
+	pin->registered = true;
+	mutex_unlock(&nvsim_pins_mutex);
+	if (pin->persistent)
 		st.persistent_pins_live++;
 	else
 		st.pins_live++;
-	if (force_bar1)
+	if (pin->force_bar1)
 		st.force_bar1_pins++;
-	*page_table = pin->pt;
-	ret = 0;
-
 	if (free_on_pin.buffer_id && nvsim_pin_has_id(pin, free_on_pin.buffer_id)) {
 		nvsim_schedule_free(free_on_pin.buffer_id, free_on_pin.delay_us);
 		free_on_pin.buffer_id = 0;
 	}
-out:
+}
+
+/*
+ * debugfs free_between_pin_steps: frees the armed buffer if @pin covers it,
+ * in this thread, between the two steps of the pin (nvsim_lock not held).
+ */
+static void nvsim_free_between_steps(struct nvsim_pin *pin)
+{
+	nvsim_lock_acquire();
+	if (free_between_steps_id && !pin->orphaned &&
+	    nvsim_pin_has_id(pin, free_between_steps_id)) {
+		nvsim_free_by_id(free_between_steps_id);
+		free_between_steps_id = 0;
+	}
+	nvsim_lock_release();
+}
+
+static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
+			      struct nvidia_p2p_page_table **page_table,
+			      void (*free_callback)(void *data), void *data,
+			      bool persistent, bool force_bar1)
+{
+	struct nvsim_pin *pin = NULL;
+	int ret;
+
+	might_sleep();
+	if (!page_table || !len || (va & ~GPU_PAGE_MASK) || (len & ~GPU_PAGE_MASK))
+		return -EINVAL;
+	/* The callback data is passed back as given, NULL included. */
+	if (!persistent && !free_callback)
+		return -EINVAL;
+	if (nvsim_lock_held_by_me())
+		return nvsim_reentered("get_pages");
+
+	nvsim_lock_acquire();
+	ret = nvsim_pin_step1(p2p_token, va_space, va, len, persistent, force_bar1, &pin);
+	if (!ret && persistent)
+		nvsim_pin_register(pin);
 	if (ret)
 		st.get_pages_failed++;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
+	if (ret || persistent)
+		goto out;
+
+	/*
+	 * The second step: the callback is registered in a new hold of the
+	 * lock, as the driver registers it after pinning. Memory freed in
+	 * between orphaned the pin: it fails, and no callback will come.
+	 */
+	if (READ_ONCE(free_between_steps_id))
+		nvsim_free_between_steps(pin);
+	nvsim_lock_acquire();
+	if (pin->orphaned) {
+		st.get_pages_failed++;
+		st.pins_failed_between_steps++;
+		nvsim_pin_free(pin);
+		ret = -EINVAL;
+	} else {
+		pin->free_callback = free_callback;
+		pin->data = data;
+		nvsim_pin_register(pin);
+	}
+	nvsim_lock_release();
+out:
+	if (!ret)
+		*page_table = &pin->pt;
 	return ret;
 }
 
@@ -942,41 +1259,34 @@ int nvidia_p2p_get_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages);
 
+/*
+ * The driver truncates the flags to 8 bits and reads only FORCE_BAR1_MAPPING:
+ * other bits are ignored, not refused.
+ */
 int nvidia_p2p_get_pages_persistent(u64 virtual_address, u64 length,
 				    struct nvidia_p2p_page_table **page_table,
 				    u32 flags)
 {
+	u8 driver_flags = flags;
+
 	/* Recorded for the tests (stats: persistent_flags_last), whatever the outcome. */
 	WRITE_ONCE(st.persistent_flags_last, flags);
-	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
-		return -EINVAL;
 	return nvsim_get_pages(0, 0, virtual_address, length, page_table, NULL, NULL,
-			       true, flags & NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING);
+			       true, driver_flags & NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
-
-static struct nvsim_pin *nvsim_pin_by_table(struct nvidia_p2p_page_table *pt)
-{
-	struct nvsim_pin *pin;
-
-	hash_for_each_possible(nvsim_pins, pin, hash, (unsigned long)pt)
-		if (pin->pt == pt)
-			return pin;
-	return NULL;
-}
 
 static void nvsim_pin_put(struct nvsim_pin *pin)
 {
 	struct nvsim_alloc *a = pin->alloc;
 	bool mapped;
 
-	spin_lock(&nvsim_map_lock);
-	mapped = !list_empty(&pin->maps);
-	spin_unlock(&nvsim_map_lock);
-	if (mapped) {
-		pr_err("put_pages with %s DMA mappings still live\n", "its");
-		atomic64_inc(&st.client_errors);
-	}
+	down(&pin->maps.lock);
+	mapped = !list_empty(&pin->maps.head);
+	up(&pin->maps.lock);
+	/* The driver unmaps them silently: a client that relies on it is counted. */
+	if (mapped)
+		nvsim_client_err("put_pages with DMA mappings still live\n");
 	nvsim_pin_release(pin);
 	if (!a->space && list_empty(&a->pins))
 		nvsim_alloc_destroy(a);	/* freed earlier, held only by this pin */
@@ -989,48 +1299,57 @@ static void nvsim_put_pages_timed(u64 start)
 	atomic64_add(ktime_get_ns() - start, &st.put_pages_ns);
 }
 
+/*
+ * The driver finds the pin to release by (calling process, table pointer);
+ * the address is not used. A table freed after its callback is only a key
+ * here: 0, nothing released, unless its address now names a newer pin of the
+ * calling process, which is released, as the driver would release it. nvsim
+ * reports that newer pin's release when it can tell: the call's table was
+ * freed while it waited, or the address named is not the newer pin's.
+ */
 int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
-	u64 gen = nvsim_obj_gen(page_table), start = ktime_get_ns();
+	u64 start = ktime_get_ns();
+	struct nvsim_call call;
 	struct nvsim_pin *pin;
+	bool live;
 
+	might_sleep();
+	if (!page_table)
+		return 0;
+	if (nvsim_lock_held_by_me()) {
+		WARN(1, "nvsim: %s() inside a free callback\n", __func__);
+		return nvsim_reentered("put_pages");
+	}
+	nvsim_call_begin(&call, page_table, NULL);
+	live = nvsim_table_live(page_table);
 	nvsim_entry_delay(&put_pages_delay_us);
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	pin = nvsim_pin_by_table(page_table);
-	/*
-	 * A table that was freed after its callback is only a key here: 0. The
-	 * driver looks the key up with the caller's process and address, so a
-	 * recycled table of another process or address is not found either. One
-	 * that now belongs to a newer pin of the caller at the same address is:
-	 * that pin is released, as the driver would release it.
-	 */
-	if (pin && nvsim_recycled_since(page_table, gen)) {
-		if (pin->persistent || pin->tgid != current->tgid ||
-		    nvsim_pin_va(pin) != virtual_address) {
-			pin = NULL;
-		} else {
-			pr_err("stale put_pages(%#llx): its table was freed by the free callback and handed to a newer pin at that address while the call waited; that pin is released\n",
-			       virtual_address);
-			atomic64_inc(&st.client_errors);
-		}
-	}
-	if (pin && !pin->persistent) {
+	if (pin && !pin->persistent &&
+	    (pin->tgid != current->tgid || (current->flags & PF_KTHREAD))) {
 		/* From another process the lookup finds nothing: 0, nothing released. */
-		if (pin->tgid != current->tgid || (current->flags & PF_KTHREAD))
-			st.put_pages_wrong_process++;
-		else
-			nvsim_pin_put(pin);
+		st.put_pages_wrong_process++;
+	} else if (pin && !pin->persistent) {
+		if (!live || nvsim_call_saw_free(&call, false))
+			nvsim_client_err("stale put_pages(%#llx): its table was freed by the free callback and is now the table of a newer pin of this process at %#llx, which is released\n",
+					 virtual_address, nvsim_pin_va(pin));
+		else if (virtual_address != nvsim_pin_va(pin))
+			nvsim_client_err("put_pages(%#llx) of the table pinned at %#llx: the driver releases that pin (it finds pins by process and table), and a recycled table looks like this\n",
+					 virtual_address, nvsim_pin_va(pin));
+		nvsim_pin_put(pin);
 	} else if (pin) {
-		pr_err("put_pages on a persistent pin\n");
-		atomic64_inc(&st.client_errors);
+		nvsim_client_err("put_pages on a persistent pin\n");
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
+	nvsim_call_end(&call);
 	nvsim_put_pages_timed(start);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
+/* The driver requires flags == 0: anything else is -EINVAL, and the pin stays. */
 int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 				    struct nvidia_p2p_page_table *page_table,
 				    u32 flags)
@@ -1039,18 +1358,27 @@ int nvidia_p2p_put_pages_persistent(u64 virtual_address,
 	struct nvsim_pin *pin;
 	int ret = -EINVAL;
 
+	might_sleep();
 	WRITE_ONCE(st.put_persistent_flags_last, flags);
-	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
+	if (flags)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	if (!page_table)
+		return 0;
+	if (nvsim_lock_held_by_me()) {
+		WARN(1, "nvsim: %s() inside a free callback\n", __func__);
+		return nvsim_reentered("put_pages_persistent");
+	}
+	nvsim_lock_acquire();
 	pin = nvsim_pin_by_table(page_table);
 	if (pin && pin->persistent) {
 		nvsim_pin_put(pin);
 		ret = 0;
 	} else {
-		atomic64_inc(&st.client_errors);
+		/* The driver reaches into the table's private object: no clean error there. */
+		nvsim_client_err("put_pages_persistent of %s\n",
+				 pin ? "a table with a callback" : "a freed or unknown table");
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	nvsim_put_pages_timed(start);
 	return ret;
 }
@@ -1072,111 +1400,154 @@ int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
 }
 EXPORT_SYMBOL(nvidia_p2p_free_dma_mapping);
 
-int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
-			     struct nvidia_p2p_page_table *page_table,
-			     struct nvidia_p2p_dma_mapping **dma_mapping)
+/* Maps every page of @pin for @peer into a new mapping, linked into the table's list. */
+static int nvsim_dma_map(struct nvsim_pin *pin, struct pci_dev *peer,
+			 struct nvidia_p2p_dma_mapping **dma_mapping)
 {
-	u64 gen = nvsim_obj_gen(page_table);
-	struct nvsim_pin *pin;
+	struct nvidia_p2p_dma_mapping *m;
 	struct nvsim_map *map;
 	u32 i;
-	int ret;
 
-	if (!peer || !page_table || !dma_mapping)
-		return -EINVAL;
-
-	nvsim_entry_delay(&dma_map_delay_us);
-	mutex_lock(&nvsim_lock);
-	st.dma_map_calls++;
-	ret = nvsim_fault_hit(&fault_dma_map);
-	if (ret)
-		goto out;
-	ret = -EINVAL;
-	pin = nvsim_pin_by_table(page_table);
-	if (!pin)
-		goto out;
-	if (nvsim_recycled_since(page_table, gen)) {
-		pr_err("stale dma_map_pages: its table was freed by the free callback and handed to a newer pin while the call waited; that pin's memory is mapped\n");
-		atomic64_inc(&st.client_errors);
-	}
-	ret = -ENOMEM;
-	map = nvsim_map_get();
+	map = nvsim_map_new();
 	if (!map)
-		goto out;
-	map->m.dma_addresses = kcalloc(pin->count, sizeof(u64), GFP_KERNEL);
-	if (!map->m.dma_addresses) {
-		nvsim_map_put(map);
-		goto out;
+		return -ENOMEM;
+	m = map->m;
+	m->dma_addresses = kcalloc(pin->count, sizeof(u64), GFP_KERNEL);
+	if (!m->dma_addresses) {
+		nvsim_map_free(map);
+		return -ENOMEM;
 	}
-	map->m.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
-	map->m.page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
-	map->m.pci_dev = peer;
-	map->m.private = pin;
+	m->version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	m->page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
+	m->pci_dev = peer;
+	map->pin = pin;
+	atomic64_inc(&st.dma_mappings_live);
 	for (i = 0; i < pin->count; i++) {
 		u32 bar_page = pin->alloc->pages[pin->first + i];
 		dma_addr_t addr = dma_map_resource(&peer->dev, nvsim_page_bus(bar_page),
 						   GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
 
 		if (dma_mapping_error(&peer->dev, addr)) {
-			map->m.entries = i;
-			atomic64_inc(&st.dma_mappings_live);
 			nvsim_unmap_one(map);
-			ret = -EIO;
+			return -EIO;
+		}
+		m->dma_addresses[i] = addr;
+		m->entries = i + 1;
+	}
+	down(&pin->maps.lock);
+	list_add_tail(&map->node, &pin->maps.head);
+	up(&pin->maps.lock);
+	*dma_mapping = m;
+	return 0;
+}
+
+/*
+ * The driver reads the table before it takes any lock and links the new
+ * mapping into the table's list after: a table freed before the call, or
+ * while it waited for the lock, is a use-after-free there. nvsim counts it
+ * and fails the call (-EFAULT, nvsim's choice: the driver has no defined
+ * outcome), or, if the address is a newer pin's table by then, maps that
+ * pin's memory as the driver would.
+ */
+int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
+			     struct nvidia_p2p_page_table *page_table,
+			     struct nvidia_p2p_dma_mapping **dma_mapping)
+{
+	struct nvsim_call call;
+	struct nvsim_pin *pin;
+	bool live;
+	int ret;
+
+	might_sleep();
+	if (!peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	if (nvsim_lock_held_by_me())
+		return nvsim_reentered("dma_map_pages");
+
+	nvsim_call_begin(&call, page_table, NULL);
+	live = nvsim_table_live(page_table);
+	nvsim_entry_delay(&dma_map_delay_us);
+	nvsim_lock_acquire();
+	st.dma_map_calls++;
+	pin = nvsim_pin_by_table(page_table);
+	if (!live || nvsim_call_saw_free(&call, false)) {
+		if (pin) {
+			nvsim_client_err("stale dma_map_pages: its table was freed by the free callback and is now a newer pin's, whose memory is mapped\n");
+		} else {
+			nvsim_client_err("dma_map_pages of a freed table (%s): the driver reads it and links the mapping into it\n",
+					 live ? "freed while the call waited" :
+					 "freed before the call");
+			ret = -EFAULT;
 			goto out;
 		}
-		map->m.dma_addresses[i] = addr;
 	}
-	map->m.entries = pin->count;
-	spin_lock(&nvsim_map_lock);
-	list_add_tail(&map->node, &pin->maps);
-	spin_unlock(&nvsim_map_lock);
-	atomic64_inc(&st.dma_mappings_live);
-	*dma_mapping = &map->m;
-	ret = 0;
+	ret = -ENOTSUPP;
+	if (pin->force_bar1)
+		goto out;
+	ret = nvsim_fault_hit(&fault_dma_map);
+	if (ret)
+		goto out;
+	ret = nvsim_dma_map(pin, peer, dma_mapping);
 out:
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
+	nvsim_call_end(&call);
 	return ret;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
+/*
+ * Takes only the table's semaphore, as the driver does (not nvsim_lock):
+ * it may sleep. A mapping that is not on the table's list is 0 in the driver
+ * (already unlinked); a table freed before the call is a use-after-free
+ * there (it takes the semaphore inside the freed object). Both are counted.
+ */
 int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 			       struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
-	u64 table_gen = nvsim_obj_gen(page_table), map_gen = nvsim_obj_gen(dma_mapping);
 	struct nvsim_map *map, *found = NULL;
+	struct nvsim_call call;
 	struct nvsim_pin *pin;
 
+	might_sleep();
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
 
+	nvsim_call_begin(&call, page_table, dma_mapping);
 	/* Test knob: a slow unmap, so that a free callback can come during it. */
 	if (unmap_delay_us)
 		fsleep(unmap_delay_us);
-	/* Not nvsim_lock: the real driver takes only the mapping list's lock. */
-	spin_lock(&nvsim_map_lock);
+	mutex_lock(&nvsim_pins_mutex);
 	pin = nvsim_pin_by_table(page_table);
-	if (pin) {
-		list_for_each_entry(map, &pin->maps, node) {
-			if (&map->m == dma_mapping && !WARN_ON(map->m.pci_dev != peer)) {
-				list_del(&map->node);
-				found = map;
-				break;
-			}
+	if (!pin) {
+		mutex_unlock(&nvsim_pins_mutex);
+		nvsim_client_err("dma_unmap_pages of a freed table: the driver takes a semaphore inside freed memory\n");
+		goto out;
+	}
+	/* The release of the pin takes the semaphore before it frees the table. */
+	down(&pin->maps.lock);
+	mutex_unlock(&nvsim_pins_mutex);
+	list_for_each_entry(map, &pin->maps.head, node) {
+		if (map->m == dma_mapping) {
+			list_del(&map->node);
+			found = map;
+			break;
 		}
 	}
-	spin_unlock(&nvsim_map_lock);
+	up(&pin->maps.lock);
 	if (!found) {
-		/* A table whose callback returned is freed memory in the real driver. */
-		atomic64_inc(&st.client_errors);
-		return -EINVAL;
+		nvsim_client_err("dma_unmap_pages of a mapping that is not the table's (unmapped already, or another table's)\n");
+		goto out;
 	}
-	if (nvsim_recycled_since(page_table, table_gen) ||
-	    nvsim_recycled_since(dma_mapping, map_gen)) {
-		pr_err("stale dma_unmap_pages: its table or mapping was freed by the free callback and handed out again while the call waited; that mapping is unmapped\n");
-		atomic64_inc(&st.client_errors);
+	if (nvsim_call_saw_free(&call, false) || nvsim_call_saw_free(&call, true))
+		nvsim_client_err("stale dma_unmap_pages: its table or mapping was freed and handed out again while the call waited; that mapping is unmapped\n");
+	if (found->m->pci_dev != peer) {
+		WARN(1, "nvsim: dma_unmap_pages with another peer than the mapping's\n");
+		nvsim_client_err("dma_unmap_pages with the wrong peer\n");
 	}
 	nvsim_unmap_one(found);
+out:
+	nvsim_call_end(&call);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
@@ -1226,10 +1597,16 @@ static bool nvsim_va_used(struct nvsim_space *s, u64 va, u64 len)
 	return false;
 }
 
-/* Takes @npages free GPU pages, NVSIM_PAGE_STRIDE BAR pages apart, into *pagesp. */
+/*
+ * Takes @npages free GPU pages into *pagesp. By default one contiguous extent
+ * of the BAR, the first with room from the cursor on (a pin then usually
+ * gets one BAR1 extent, as on the driver), page by page where no extent is
+ * large enough; with fragmented_bar, NVSIM_PAGE_STRIDE BAR pages apart.
+ */
 static int nvsim_pages_take(u32 **pagesp, u64 npages)
 {
-	u32 *pages, i, p;
+	u32 *pages, i, p, stride = fragmented_bar ? NVSIM_PAGE_STRIDE : 1;
+	unsigned long run = gpu.npages;
 
 	lockdep_assert_held(&nvsim_lock);
 	if (!gpu.pdev)
@@ -1239,14 +1616,20 @@ static int nvsim_pages_take(u32 **pagesp, u64 npages)
 	pages = kcalloc(npages, sizeof(*pages), GFP_KERNEL);
 	if (!pages)
 		return -ENOMEM;
-	for (i = 0, p = gpu.cursor; i < npages; i++) {
+	if (!fragmented_bar) {
+		run = bitmap_find_next_zero_area(gpu.used, gpu.npages, gpu.cursor, npages, 0);
+		if (run >= gpu.npages)
+			run = bitmap_find_next_zero_area(gpu.used, gpu.npages, 0, npages, 0);
+	}
+	p = run < gpu.npages ? run : gpu.cursor;
+	for (i = 0; i < npages; i++) {
 		while (test_bit(p, gpu.used))
 			p = (p + 1) % gpu.npages;
 		set_bit(p, gpu.used);
 		if (test_and_clear_bit(p, gpu.poisoned))
 			nvsim_check_poison(p);
 		pages[i] = p;
-		p = (p + NVSIM_PAGE_STRIDE) % gpu.npages;
+		p = (p + stride) % gpu.npages;
 	}
 	gpu.cursor = p;
 	*pagesp = pages;
@@ -1338,6 +1721,12 @@ static int nvsim_sub_alloc(struct nvsim_file *f, struct nvsim_alloc_args *req)
 			}
 		}
 	}
+	if (a && a->cached) {
+		/* A kept empty block serves again, its pins (if any) still on it. */
+		a->cached = false;
+		st.pool_blocks_cached--;
+		st.allocations_live++;
+	}
 	if (!a) {
 		a = nvsim_alloc_new(f, NVSIM_POOL_BLOCK);
 		if (IS_ERR(a)) {
@@ -1371,7 +1760,7 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && req.size >= NVSIM_POOL_BLOCK))
 		return -EINVAL;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	if (req.flags & NVSIM_ALLOC_SUBALLOC) {
 		ret = nvsim_sub_alloc(f, &req);
 	} else {
@@ -1383,7 +1772,7 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 			req.buffer_id = a->buffer_id;
 		}
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 		ret = -EFAULT;	/* the allocation stays; closing the file frees it */
 	return ret;
@@ -1399,7 +1788,7 @@ static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 
 	if (get_user(va, uarg))
 		return -EFAULT;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	a = nvsim_caller_alloc(va, &sub);
 	if (a && a->owner == f && sub && sub->va == va) {
 		nvsim_free_sub(a, sub);
@@ -1408,7 +1797,7 @@ static int nvsim_ioctl_free(struct nvsim_file *f, u64 __user *uarg)
 		nvsim_free_alloc(a);
 		ret = 0;
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1421,7 +1810,7 @@ static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 
 	if (copy_from_user(&q, uarg, sizeof(q)))
 		return -EFAULT;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	a = nvsim_caller_alloc(q.va, &sub);
 	if (a) {
 		q.base = sub ? sub->va : a->va;
@@ -1434,7 +1823,7 @@ static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 		q.pad = 0;
 		ret = 0;
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	if (!ret && copy_to_user(uarg, &q, sizeof(q)))
 		ret = -EFAULT;
 	return ret;
@@ -1451,14 +1840,14 @@ static int nvsim_ioctl_sync_memops(struct nvsim_sync_memops_args __user *uarg)
 		return -EFAULT;
 	if (req.value > 1 || req.pad)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	a = nvsim_caller_alloc(req.va, &sub);
 	if (sub)
 		sub->sync_memops = req.value;
 	else if (a)
 		a->sync_memops = req.value;
 	ret = a ? 0 : -EINVAL;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1495,7 +1884,7 @@ static int nvsim_ioctl_vmm_reserve(struct nvsim_file *f,
 	r = kzalloc_obj(*r, GFP_KERNEL);
 	if (!r)
 		return -ENOMEM;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	s = nvsim_space_get(current->tgid);
 	if (!s) {
 		kfree(r);
@@ -1515,7 +1904,7 @@ static int nvsim_ioctl_vmm_reserve(struct nvsim_file *f,
 	req.va = r->va;
 	ret = 0;
 out:
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 		ret = -EFAULT;	/* the reservation stays; closing the file frees it */
 	return ret;
@@ -1531,7 +1920,7 @@ static int nvsim_ioctl_vmm_unreserve(struct nvsim_file *f,
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	list_for_each_entry(r, &f->reserves, file_node) {
 		if (r->va != req.va || r->size != req.size)
 			continue;
@@ -1542,7 +1931,7 @@ static int nvsim_ioctl_vmm_unreserve(struct nvsim_file *f,
 		}
 		break;
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1561,7 +1950,7 @@ static int nvsim_ioctl_vmm_create(struct nvsim_file *f,
 	phys = kzalloc_obj(*phys, GFP_KERNEL);
 	if (!phys)
 		return -ENOMEM;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	ret = nvsim_pages_take(&phys->pages, req.size >> GPU_PAGE_SHIFT);
 	if (ret) {
 		kfree(phys);
@@ -1575,7 +1964,7 @@ static int nvsim_ioctl_vmm_create(struct nvsim_file *f,
 		st.vmm_handles_live++;
 		req.handle = phys->handle;
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 		ret = -EFAULT;	/* the allocation stays; closing the file frees it */
 	return ret;
@@ -1607,13 +1996,13 @@ static int nvsim_ioctl_vmm_release(struct nvsim_file *f, u64 __user *uarg)
 
 	if (get_user(handle, uarg))
 		return -EFAULT;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	phys = nvsim_phys_by_handle(f, handle);
 	if (phys) {
 		nvsim_phys_release(phys);
 		ret = 0;
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1650,7 +2039,7 @@ static int nvsim_ioctl_vmm_map(struct nvsim_file *f, struct nvsim_vmm_map_args _
 	a = kzalloc_obj(*a, GFP_KERNEL);
 	if (!a)
 		return -ENOMEM;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	phys = nvsim_phys_by_handle(f, req.handle);
 	s = nvsim_space_by_tgid(current->tgid);
 	/* A handle whose memory went with the GPU (nvsim_remove) has no pages. */
@@ -1670,7 +2059,7 @@ static int nvsim_ioctl_vmm_map(struct nvsim_file *f, struct nvsim_vmm_map_args _
 	req.buffer_id = a->buffer_id;
 	ret = 0;
 out:
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	if (!ret && copy_to_user(uarg, &req, sizeof(req)))
 		ret = -EFAULT;	/* the mapping stays; closing the file frees it */
 	return ret;
@@ -1691,7 +2080,7 @@ static int nvsim_ioctl_vmm_unmap(struct nvsim_file *f, struct nvsim_vmm_range_ar
 		return -EFAULT;
 	if (!req.size || req.va + req.size < req.va)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	s = nvsim_space_by_tgid(current->tgid);
 	if (!s)
 		goto out;
@@ -1710,7 +2099,7 @@ static int nvsim_ioctl_vmm_unmap(struct nvsim_file *f, struct nvsim_vmm_range_ar
 		if (a->va < req.va + req.size && a->va + a->size > req.va)
 			nvsim_free_alloc(a);
 out:
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1754,7 +2143,7 @@ static int nvsim_mmap(struct file *file, struct vm_area_struct *vma)
 	u64 off;
 	int ret = -EINVAL;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	a = nvsim_find(nvsim_space_by_tgid(current->tgid), va, len);
 	if (!a)
 		goto out;
@@ -1775,7 +2164,7 @@ static int nvsim_mmap(struct file *file, struct vm_area_struct *vma)
 	}
 	ret = 0;
 out:
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1792,23 +2181,50 @@ static int nvsim_open(struct inode *inode, struct file *file)
 	return 0;
 }
 
-/* Like the process exiting or closing its NVIDIA fd: callbacks fire here. */
-static int nvsim_release(struct inode *inode, struct file *file)
+/* Frees what a closed file held, firing callbacks in the calling thread. */
+static void nvsim_file_free(struct nvsim_file *f)
 {
-	struct nvsim_file *f = file->private_data;
 	struct nvsim_reserve *r, *rnext;
 	struct nvsim_phys *phys, *pnext;
 	struct nvsim_alloc *a, *next;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	list_for_each_entry_safe(a, next, &f->allocs, file_node)
 		nvsim_free_alloc(a);
 	list_for_each_entry_safe(r, rnext, &f->reserves, file_node)
 		nvsim_reserve_free(r);
 	list_for_each_entry_safe(phys, pnext, &f->phys, file_node)
 		nvsim_phys_release(phys);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	kfree(f);
+}
+
+/* A close deferred to nvsim's kernel thread (module parameter deferred_close). */
+static void nvsim_deferred_close_fn(struct work_struct *work)
+{
+	nvsim_file_free(container_of(work, struct nvsim_file, deferred_close));
+	atomic_dec(&st.deferred_closes_pending);
+}
+
+/*
+ * Like the process exiting or closing its NVIDIA fd: callbacks fire here, or,
+ * for a share of the closes (deferred_close), later in a kernel thread, as
+ * the driver defers a close to its own thread.
+ */
+static int nvsim_release(struct inode *inode, struct file *file)
+{
+	struct nvsim_file *f = file->private_data;
+
+	if (get_random_u32_below(100) < READ_ONCE(deferred_close)) {
+		nvsim_lock_acquire();
+		st.deferred_closes++;
+		nvsim_lock_release();
+		atomic_inc(&st.deferred_closes_pending);
+		INIT_WORK(&f->deferred_close, nvsim_deferred_close_fn);
+		queue_work(nvsim_wq, &f->deferred_close);
+		return 0;
+	}
+	nvsim_file_free(f);
 	return 0;
 }
 
@@ -1848,7 +2264,7 @@ static struct dentry *nvsim_debugfs;
 
 static int nvsim_stats_show(struct seq_file *m, void *unused)
 {
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	seq_printf(m, "allocations_live %llu\n", st.allocations_live);
 	seq_printf(m, "pins_live %llu\n", st.pins_live);
 	seq_printf(m, "persistent_pins_live %llu\n", st.persistent_pins_live);
@@ -1882,7 +2298,19 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "put_persistent_flags_last 0x%llx\n",
 		   READ_ONCE(st.put_persistent_flags_last));
 	seq_printf(m, "force_bar1_pins %llu\n", st.force_bar1_pins);
-	mutex_unlock(&nvsim_lock);
+	seq_printf(m, "pool_blocks_cached %llu\n", st.pool_blocks_cached);
+	seq_printf(m, "callback_per_buffer %d\n", READ_ONCE(callback_per_buffer));
+	seq_printf(m, "fragmented_bar %d\n", fragmented_bar);
+	seq_printf(m, "recycling %d\n", nvsim_recycling());
+	seq_printf(m, "tables_live %lld\n", atomic64_read(&st.tables_live));
+	seq_printf(m, "page_objects_live %lld\n", atomic64_read(&st.page_objects_live));
+	seq_printf(m, "uuids_live %lld\n", atomic64_read(&st.uuids_live));
+	seq_printf(m, "mapping_objects_live %lld\n", atomic64_read(&st.mapping_objects_live));
+	seq_printf(m, "objects_recycled %lld\n", atomic64_read(&st.objects_recycled));
+	seq_printf(m, "pins_failed_between_steps %llu\n", st.pins_failed_between_steps);
+	seq_printf(m, "deferred_closes %llu\n", st.deferred_closes);
+	seq_printf(m, "deferred_closes_pending %d\n", atomic_read(&st.deferred_closes_pending));
+	nvsim_lock_release();
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(nvsim_stats);
@@ -1892,7 +2320,7 @@ static int nvsim_allocations_show(struct seq_file *m, void *unused)
 	struct nvsim_alloc *a;
 	struct nvsim_pin *pin;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	seq_puts(m, "buffer_id tgid va size pins persistent_pins\n");
 	list_for_each_entry(a, &nvsim_all_allocs, all_node) {
 		unsigned int pins = 0, persistent = 0;
@@ -1902,7 +2330,7 @@ static int nvsim_allocations_show(struct seq_file *m, void *unused)
 		seq_printf(m, "%llu %d 0x%llx %llu %u %u\n", a->buffer_id, a->space->tgid,
 			   a->va, a->size, pins, persistent);
 	}
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(nvsim_allocations);
@@ -1930,9 +2358,9 @@ static ssize_t nvsim_fault_write(struct file *file, const char __user *ubuf,
 	if (sscanf(buf, "%d %d %u", &new.times, &new.err, &new.percent) < 2 ||
 	    new.times < -1 || new.err < 0 || new.err > MAX_ERRNO || new.percent > 100)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	*f = new;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return len;
 }
 
@@ -1942,9 +2370,9 @@ static ssize_t nvsim_fault_read(struct file *file, char __user *ubuf, size_t len
 	char buf[48];
 	int n;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	n = scnprintf(buf, sizeof(buf), "%d %d %u\n", f->times, f->err, f->percent);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return simple_read_from_buffer(ubuf, len, ppos, buf, n);
 }
 
@@ -1968,14 +2396,14 @@ static ssize_t nvsim_free_write(struct file *file, const char __user *ubuf,
 		return ret;
 	if (sscanf(buf, "%llu %u", &id, &delay_us) < 1)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	if (!nvsim_find_by_id(id, &sub))
 		ret = -ENOENT;
 	else if (delay_us)
 		nvsim_schedule_free(id, delay_us);
 	else
 		nvsim_free_by_id(id);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return ret;
 }
 
@@ -1990,11 +2418,11 @@ static ssize_t nvsim_check_freed_write(struct file *file, const char __user *ubu
 {
 	u32 p;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	if (gpu.pdev)
 		for_each_set_bit(p, gpu.poisoned, gpu.npages)
 			nvsim_check_poison(p);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return len;
 }
 
@@ -2016,10 +2444,10 @@ static ssize_t nvsim_free_on_pin_write(struct file *file, const char __user *ubu
 		return ret;
 	if (sscanf(buf, "%llu %u", &id, &delay_us) != 2)
 		return -EINVAL;
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	free_on_pin.buffer_id = id;
 	free_on_pin.delay_us = delay_us;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return len;
 }
 
@@ -2028,20 +2456,78 @@ static const struct file_operations nvsim_free_on_pin_fops = {
 	.write = nvsim_free_on_pin_write,
 };
 
+/* Any write: give every cached (empty) pool block back, firing its callbacks here. */
+static ssize_t nvsim_trim_write(struct file *file, const char __user *ubuf,
+				size_t len, loff_t *ppos)
+{
+	nvsim_lock_acquire();
+	nvsim_trim_pools();
+	nvsim_lock_release();
+	return len;
+}
+
+static const struct file_operations nvsim_trim_fops = {
+	.open = simple_open,
+	.write = nvsim_trim_write,
+};
+
+/* "BUFFER_ID": the next pin over it has it freed between its two steps (0 disarms). */
+static ssize_t nvsim_free_between_steps_write(struct file *file, const char __user *ubuf,
+					      size_t len, loff_t *ppos)
+{
+	char buf[48];
+	ssize_t ret = nvsim_read_line(ubuf, len, buf, sizeof(buf));
+	u64 id;
+
+	if (ret < 0)
+		return ret;
+	if (kstrtou64(strim(buf), 0, &id))
+		return -EINVAL;
+	nvsim_lock_acquire();
+	WRITE_ONCE(free_between_steps_id, id);
+	nvsim_lock_release();
+	return len;
+}
+
+static const struct file_operations nvsim_free_between_steps_fops = {
+	.open = simple_open,
+	.write = nvsim_free_between_steps_write,
+};
+
+/*
+ * client_errors: read it, or write 0 to clear it (for the tests that make a
+ * client error on purpose and have checked it).
+ */
+static int nvsim_client_errors_get(void *data, u64 *val)
+{
+	*val = atomic64_read(&st.client_errors);
+	return 0;
+}
+
+static int nvsim_client_errors_set(void *data, u64 val)
+{
+	if (val)
+		return -EINVAL;
+	atomic64_set(&st.client_errors, 0);
+	return 0;
+}
+DEFINE_DEBUGFS_ATTRIBUTE(nvsim_client_errors_fops, nvsim_client_errors_get,
+			 nvsim_client_errors_set, "%llu\n");
+
 static int nvsim_bar1_size_get(void *data, u64 *val)
 {
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	*val = gpu.bar1_size;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return 0;
 }
 
 /* Shrinks (or grows) the BAR1 aperture at run time; existing pins stay. */
 static int nvsim_bar1_size_set(void *data, u64 val)
 {
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	gpu.bar1_size = val;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	return 0;
 }
 DEFINE_DEBUGFS_ATTRIBUTE(nvsim_bar1_size_fops, nvsim_bar1_size_get, nvsim_bar1_size_set, "%llu\n");
@@ -2062,6 +2548,11 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_u32("dma_map_delay_us", 0600, nvsim_debugfs, &dma_map_delay_us);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);
 	debugfs_create_file_unsafe("bar1_size", 0600, nvsim_debugfs, NULL, &nvsim_bar1_size_fops);
+	debugfs_create_file("trim", 0200, nvsim_debugfs, NULL, &nvsim_trim_fops);
+	debugfs_create_file("free_between_pin_steps", 0200, nvsim_debugfs, NULL,
+			    &nvsim_free_between_steps_fops);
+	debugfs_create_file_unsafe("client_errors", 0600, nvsim_debugfs, NULL,
+				   &nvsim_client_errors_fops);
 }
 
 /* --- the simulated GPU: QEMU's ivshmem-plain ------------------------------- */
@@ -2123,7 +2614,7 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (!bar)
 		return -ENOMEM;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	gpu.npages = len >> GPU_PAGE_SHIFT;
 	gpu.bar = bar;
 	gpu.used = bitmap_zalloc(gpu.npages, GFP_KERNEL);
@@ -2133,7 +2624,7 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		bitmap_free(gpu.used);
 		bitmap_free(gpu.poisoned);
 		kfree(gpu.bar1_refs);
-		mutex_unlock(&nvsim_lock);
+		nvsim_lock_release();
 		return -ENOMEM;
 	}
 	gpu.bar_phys = pci_resource_start(pdev, NVSIM_BAR);
@@ -2141,7 +2632,7 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	gpu.bar1_size = len;
 	gpu.cursor = 0;
 	gpu.pdev = pdev;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	pci_info(pdev, "simulated GPU: BAR1 %pR (bus %pad), %u pages of 64 KiB, page tables v%u.%u\n",
 		 &pdev->resource[NVSIM_BAR], &gpu.bar_bus, gpu.npages,
 		 page_table_version >> 16, page_table_version & 0xffff);
@@ -2155,13 +2646,12 @@ static void nvsim_remove(struct pci_dev *pdev)
 	struct nvsim_pin *pin, *pnext;
 	struct nvsim_phys *phys;
 
-	mutex_lock(&nvsim_lock);
+	nvsim_lock_acquire();
 	list_for_each_entry_safe(a, next, &nvsim_all_allocs, all_node)
 		nvsim_free_alloc(a);
 	list_for_each_entry_safe(a, next, &nvsim_zombies, node) {
 		list_for_each_entry_safe(pin, pnext, &a->pins, node) {
-			pr_err("persistent pin left at GPU removal\n");
-			atomic64_inc(&st.client_errors);
+			nvsim_client_err("persistent pin left at GPU removal\n");
 			nvsim_pin_put(pin);
 		}
 	}
@@ -2179,7 +2669,7 @@ static void nvsim_remove(struct pci_dev *pdev)
 	gpu.bar = NULL;
 	gpu.bar1_refs = NULL;
 	gpu.pdev = NULL;
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 }
 
 static const struct pci_device_id nvsim_ids[] = {
@@ -2208,9 +2698,16 @@ static int __init nvsim_init(void)
 		pr_err("coherent needs page tables with a flags word (2.0 or later)\n");
 		return -EINVAL;
 	}
-	nvsim_wq = alloc_workqueue("nvsim", WQ_UNBOUND, 0);
-	if (!nvsim_wq)
+	/* The driver's own cache of struct nvidia_p2p_page: one object per page. */
+	nvsim_page_cache = kmem_cache_create("nvsim_p2p_page", sizeof(struct nvidia_p2p_page),
+					     0, SLAB_NO_MERGE, NULL);
+	if (!nvsim_page_cache)
 		return -ENOMEM;
+	nvsim_wq = alloc_workqueue("nvsim", WQ_UNBOUND, 0);
+	if (!nvsim_wq) {
+		kmem_cache_destroy(nvsim_page_cache);
+		return -ENOMEM;
+	}
 	nvsim_debugfs_init();
 	ret = misc_register(&nvsim_misc);
 	if (ret)
@@ -2233,6 +2730,7 @@ err_standin:
 err_misc:
 	debugfs_remove_recursive(nvsim_debugfs);
 	destroy_workqueue(nvsim_wq);
+	kmem_cache_destroy(nvsim_page_cache);
 	return ret;
 }
 
@@ -2244,14 +2742,15 @@ static void __exit nvsim_exit(void)
 		misc_deregister(&nvsim_gdrdrv_misc);
 	misc_deregister(&nvsim_misc);
 	debugfs_remove_recursive(nvsim_debugfs);
-	/* Run armed frees now, then wait for them. */
-	mutex_lock(&nvsim_lock);
+	/* Run armed frees now, then wait for them and for deferred closes. */
+	nvsim_lock_acquire();
 	list_for_each_entry(df, &nvsim_delayed_frees, node)
 		mod_delayed_work(nvsim_wq, &df->work, 0);
-	mutex_unlock(&nvsim_lock);
+	nvsim_lock_release();
 	destroy_workqueue(nvsim_wq);
 	pci_unregister_driver(&nvsim_driver);
-	nvsim_objs_destroy();
+	nvsim_pools_destroy();
+	kmem_cache_destroy(nvsim_page_cache);
 }
 
 module_init(nvsim_init);

@@ -75,6 +75,22 @@ nvsim_suite() {
 	unload nvsim
 }
 
+# nvsim-test --NAME: one of nvsim's behaviours that makes the kernel report
+# (a WARN, a sleeping call in atomic context, a KASAN use-after-free), run
+# alone inside a region that expects a report of KIND.
+test_nvsim_reporting() {
+	name=$1 kind=$2
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/p2pclient.ko || fail "load"
+	kmsg "expect-reports $kind"
+	nvsim-test --$name
+	rc=$?
+	kmsg "end-expect"
+	unload p2pclient
+	unload nvsim
+	return $rc
+}
+
 # --- The sample NIC driver on gdrpeer's kernel API -------------------------
 
 # The chain nvsim -> gdrpeer -> gdrnic, each linked against the symbol
@@ -198,9 +214,18 @@ run_plan() {
 	NVSIM_FILTER="" NVSIM_SUFFIX="" nvsim_suite
 	NVSIM_FILTER=nvsim-page-table-version NVSIM_SUFFIX=-v1.2 nvsim_suite page_table_version=0x00010002
 	NVSIM_FILTER='nvsim-persistent-flags|nvsim-page-table-version' NVSIM_SUFFIX=-coherent nvsim_suite coherent=1
+	NVSIM_FILTER=nvsim-bar-extents NVSIM_SUFFIX=-fragmented nvsim_suite fragmented_bar=1
+	NVSIM_FILTER=suballocation NVSIM_SUFFIX=-per-block nvsim_suite callback_per_buffer=0
+	for r in "put-pages-inside-the-callback-fails-with-a-warn warning" \
+		"dma-unmap-pages-in-atomic-context-is-reported bug" \
+		"read-of-a-table-after-its-callback-is-reported kasan"; do
+		t nvsim-${r%% *} test_nvsim_reporting nvsim-${r%% *} ${r##* }
+	done
 	# The default run includes the allocation-failure walks (gdrpeer-failnth-*,
 	# testing.rst), whole: about two minutes under TCG; --nic has gdrnic's two.
 	GDRPEER_FILTER="" GDRPEER_SUFFIX="" gdrpeer_suite
+	# Tables recycled most recently freed first: a late call meets a newer pin's table.
+	GDRPEER_FILTER=gdrpeer-stale GDRPEER_SUFFIX=-recycle gdrpeer_suite recycle=1
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	# CPU-cacheable tables: REQ_MAPPING_TYPE(CACHING) is honoured.

@@ -7,6 +7,7 @@
 //! Every test ends by checking that nvsim's counters are back to zero.
 
 mod cuda;
+mod driver;
 
 use nvsim::testing::{
     self as harness, client, debugfs, errno, param, pin, stat, stats, status, Test, TestResult,
@@ -16,8 +17,8 @@ use nvsim::{check, check_eq};
 use std::collections::HashMap;
 use std::process::{Command, ExitCode};
 
-const K64: u64 = 1 << 16;
-const EINVAL: i32 = -22;
+pub(crate) const K64: u64 = 1 << 16;
+pub(crate) const EINVAL: i32 = -22;
 const ENOMEM: i32 = -12;
 const EIO: i32 = -5;
 const EBUSY: i32 = -16;
@@ -32,8 +33,22 @@ pub(crate) fn in_other_process(cmd: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
+/// (`put_pages_delay_us`, `dma_map_delay_us`).
+pub(crate) fn wait_delayed() -> TestResult {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stat("calls_delayed")? != 1 {
+        check!(
+            std::time::Instant::now() < deadline,
+            "no nv-p2p call asleep on entry within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 /// Waits until p2pclient's pin `handle` has been called back.
-fn wait_revoked(handle: u32, secs: u64) -> TestResult {
+pub(crate) fn wait_revoked(handle: u32, secs: u64) -> TestResult {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while !client(&format!("state {handle}"))?.starts_with("revoked=1") {
         check!(
@@ -45,7 +60,7 @@ fn wait_revoked(handle: u32, secs: u64) -> TestResult {
     Ok(())
 }
 
-fn expect_err(cmd: &str, errno: i32) -> TestResult {
+pub(crate) fn expect_err(cmd: &str, errno: i32) -> TestResult {
     match pin(cmd)? {
         Err(e) => {
             check_eq!(e, errno, cmd);
@@ -55,7 +70,7 @@ fn expect_err(cmd: &str, errno: i32) -> TestResult {
     }
 }
 
-fn pin_ok(cmd: &str) -> Result<harness::Pin, String> {
+pub(crate) fn pin_ok(cmd: &str) -> Result<harness::Pin, String> {
     pin(cmd)?.map_err(|e| format!("{cmd}: error {e}"))
 }
 
@@ -75,12 +90,6 @@ fn null_callback_rejected() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     expect_err(&format!("get_nocb {va} {K64}"), EINVAL)
-}
-
-fn null_data_rejected() -> TestResult {
-    let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(K64).map_err(errno)?;
-    expect_err(&format!("get_nodata {va} {K64}"), EINVAL)
 }
 
 fn lookup_by_calling_process() -> TestResult {
@@ -298,22 +307,6 @@ fn dma_map_several_peers() -> TestResult {
     Ok(())
 }
 
-fn pages_carry_bus_addresses_of_the_bar() -> TestResult {
-    let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(3 * K64).map_err(errno)?;
-    let p = pin_ok(&format!("get {va} {}", 3 * K64))?;
-    check_eq!(p.pa.len(), 3, "pages");
-    for pair in p.pa.windows(2) {
-        check!(
-            pair[1] != pair[0] + K64,
-            "pages are not laid out contiguously: {:x?}",
-            p.pa
-        );
-    }
-    check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
-    Ok(())
-}
-
 fn page_table_version() -> TestResult {
     let want = param("page_table_version")?;
     let gpu = Gpu::open().map_err(errno)?;
@@ -348,7 +341,7 @@ fn memory_contents_through_mmap() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
-    // Across the boundary between two GPU pages that are not adjacent in the BAR.
+    // Across the boundary between two GPU pages (not adjacent in the BAR with fragmented_bar).
     gpu.write(va + K64 - 1000, &data).map_err(errno)?;
     check_eq!(
         gpu.read(va + K64 - 1000, data.len()).map_err(errno)?,
@@ -373,7 +366,10 @@ fn free_fired_while_a_pin_is_in_progress() -> TestResult {
 const TESTS: &[Test] = &[
     ("nvsim-alignment-of-va-and-len", alignment_of_va_and_len),
     ("nvsim-null-callback-rejected", null_callback_rejected),
-    ("nvsim-null-data-rejected", null_data_rejected),
+    (
+        "nvsim-null-callback-data-accepted",
+        driver::null_callback_data_accepted,
+    ),
     ("nvsim-lookup-by-calling-process", lookup_by_calling_process),
     (
         "nvsim-range-inside-one-allocation",
@@ -406,8 +402,8 @@ const TESTS: &[Test] = &[
     ),
     ("nvsim-dma-map-several-peers", dma_map_several_peers),
     (
-        "nvsim-pages-carry-bus-addresses-of-the-bar",
-        pages_carry_bus_addresses_of_the_bar,
+        "nvsim-bar-extents-contiguous-unless-fragmented",
+        driver::bar_extents_contiguous_unless_fragmented,
     ),
     ("nvsim-page-table-version", page_table_version),
     (
@@ -462,6 +458,75 @@ const TESTS: &[Test] = &[
         "nvsim-suballocation-debugfs-free",
         suballocation_debugfs_free,
     ),
+    (
+        "nvsim-table-layout-of-the-driver",
+        driver::table_layout_of_the_driver,
+    ),
+    (
+        "nvsim-tables-and-mappings-freed-after-the-callback",
+        driver::tables_and_mappings_freed_after_the_callback,
+    ),
+    (
+        "nvsim-put-pages-finds-the-pin-by-process-and-table",
+        driver::put_pages_finds_the_pin_by_process_and_table,
+    ),
+    (
+        "nvsim-put-of-a-recycled-table-at-another-va-is-caught",
+        driver::put_of_a_recycled_table_at_another_va_is_caught,
+    ),
+    (
+        "nvsim-late-put-pages-after-its-table-was-freed",
+        driver::late_put_pages_after_its_table_was_freed,
+    ),
+    (
+        "nvsim-dma-map-of-a-freed-table-is-a-client-error",
+        driver::dma_map_of_a_freed_table_is_a_client_error,
+    ),
+    (
+        "nvsim-dma-unmap-of-a-freed-table-is-a-client-error",
+        driver::dma_unmap_of_a_freed_table_is_a_client_error,
+    ),
+    (
+        "nvsim-put-pages-persistent-needs-flags-0",
+        driver::put_pages_persistent_needs_flags_0,
+    ),
+    (
+        "nvsim-persistent-unknown-flag-bits-ignored",
+        driver::persistent_unknown_flag_bits_ignored,
+    ),
+    (
+        "nvsim-force-bar1-table-cannot-be-dma-mapped",
+        driver::force_bar1_table_cannot_be_dma_mapped,
+    ),
+    (
+        "nvsim-free-between-the-two-pin-steps-fails-the-pin",
+        driver::free_between_the_two_pin_steps_fails_the_pin,
+    ),
+    (
+        "nvsim-deferred-close-calls-back-from-a-kernel-thread",
+        driver::deferred_close_calls_back_from_a_kernel_thread,
+    ),
+    (
+        "nvsim-suballocation-callbacks-belong-to-the-pool-block",
+        driver::suballocation_callbacks_belong_to_the_pool_block,
+    ),
+];
+
+/// Tests that make the kernel report on purpose, each run alone by `nvsim-test --NAME`
+/// inside a region of the plan that expects the report.
+const REPORTING: &[Test] = &[
+    (
+        "nvsim-put-pages-inside-the-callback-fails-with-a-warn",
+        driver::put_pages_inside_the_callback_fails_with_a_warn,
+    ),
+    (
+        "nvsim-dma-unmap-pages-in-atomic-context-is-reported",
+        driver::dma_unmap_pages_in_atomic_context,
+    ),
+    (
+        "nvsim-read-of-a-table-after-its-callback-is-reported",
+        driver::read_of_a_table_after_its_callback,
+    ),
 ];
 
 /// Process exit (the file's close) unmaps VMM memory, calling back its pins; a persistent
@@ -514,17 +579,15 @@ fn vmm_closing_the_file_frees() -> TestResult {
     Ok(())
 }
 
-/// get/put_pages_persistent flags: unknown bits -EINVAL; FORCE_BAR1_MAPPING pins through
-/// BAR1 with no CPU_CACHEABLE, also on a coherent platform (nvsim coherent=1), where other
-/// pins get CPU_CACHEABLE tables and no BAR1. nvsim shows the flags it received.
+/// get_pages_persistent's FORCE_BAR1_MAPPING pins through BAR1 with no CPU_CACHEABLE, also
+/// on a coherent platform (nvsim coherent=1), where other pins get CPU_CACHEABLE tables and
+/// no BAR1; put_pages_persistent takes flags 0. nvsim shows the flags it received.
 fn persistent_flags_force_bar1() -> TestResult {
     const FORCE_BAR1: u32 = 1;
     let coherent = stat("coherent")? == 1;
     let v2 = stat("page_table_version")? >> 16 == 2;
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
-    expect_err(&format!("getp {va} {K64} 2"), EINVAL)?;
-    check_eq!(stat("persistent_flags_last")?, 2, "flags nvsim received");
     let forced_before = stat("force_bar1_pins")?;
     let forced = pin_ok(&format!("getp {va} {K64} {FORCE_BAR1}"))?;
     check_eq!(stat("persistent_flags_last")?, 1, "flags nvsim received");
@@ -556,17 +619,31 @@ fn persistent_flags_force_bar1() -> TestResult {
     check_eq!(status(&format!("putp {}", plain.handle))?, 0, "putp");
     check_eq!(stat("put_persistent_flags_last")?, 0, "put flags");
     check_eq!(
-        status(&format!("putp {}", forced.handle))?,
+        status(&format!("putp {} {FORCE_BAR1}", forced.handle))?,
+        EINVAL,
+        "putp forced, with the pin's flags"
+    );
+    check_eq!(stat("put_persistent_flags_last")?, 1, "put flags");
+    check_eq!(
+        status(&format!("putp {} 0", forced.handle))?,
         0,
         "putp forced"
     );
-    check_eq!(stat("put_persistent_flags_last")?, 1, "put flags");
     Ok(())
 }
 
 /// nvsim's own sub-allocation: debugfs free and free_on_pin name a buffer by its id, and
-/// free it as cuMemFree does; alignment and argument checks.
+/// free it as cuMemFree does, under the per-buffer callback rule (callback_per_buffer=1);
+/// alignment and argument checks.
 fn suballocation_debugfs_free() -> TestResult {
+    harness::with_param(
+        "callback_per_buffer",
+        "1",
+        suballocation_debugfs_free_per_buffer,
+    )
+}
+
+fn suballocation_debugfs_free_per_buffer() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let sub = nvsim::ALLOC_SUBALLOC;
     check_eq!(
@@ -716,6 +793,21 @@ fn main() -> ExitCode {
     if args.len() == 2 && args[0] == "--client" {
         println!("{}", client(&args[1]).unwrap_or_else(|e| e));
         return ExitCode::SUCCESS;
+    }
+    if let Some((name, test)) = args
+        .first()
+        .and_then(|a| a.strip_prefix("--"))
+        .and_then(|a| REPORTING.iter().find(|(n, _)| *n == a))
+    {
+        // A test that makes the kernel report: run alone, its region expects the report.
+        let _ = std::fs::write("/dev/kmsg", format!("gdrpeer-test: begin {name}"));
+        return match test().and_then(|()| harness::nvsim_counters_back_to_zero()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                println!("FAIL: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if args.len() == 1 && args[0] == "--lockdep-inversion" {
         return match lockdep_inversion() {

@@ -123,6 +123,39 @@ pub fn param(name: &str) -> Result<u64, String> {
         .map_err(|e| format!("{path}: {:?}: {e}", text.trim()))
 }
 
+/// Sets a writable module parameter of nvsim and returns its old value (as sysfs shows it).
+pub fn set_param(name: &str, value: &str) -> Result<String, String> {
+    let path = format!("/sys/module/nvsim/parameters/{name}");
+    let old = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    std::fs::write(&path, value).map_err(|e| format!("{path} <- {value}: {e}"))?;
+    Ok(old.trim().to_string())
+}
+
+/// Runs `f` with nvsim's module parameter `name` set to `value`, then restores it.
+pub fn with_param<T>(
+    name: &str,
+    value: &str,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    let old = set_param(name, value)?;
+    let r = f();
+    set_param(name, &old)?;
+    r
+}
+
+/// Checks that nvsim counted exactly `want` client errors (made on purpose by the test),
+/// then clears the counter for the leak checks.
+pub fn take_client_errors(want: u64, what: &str) -> TestResult {
+    let got = stat("client_errors")?;
+    debugfs("client_errors", "0")?;
+    if got != want {
+        return Err(format!(
+            "client errors ({what}): got {got}, expected {want}"
+        ));
+    }
+    Ok(())
+}
+
 pub fn debugfs(file: &str, value: &str) -> TestResult {
     std::fs::write(format!("/sys/kernel/debug/nvsim/{file}"), value)
         .map_err(|e| format!("nvsim/{file} <- {value}: {e}"))
@@ -149,8 +182,9 @@ macro_rules! check_eq {
     }};
 }
 
-/// nvsim's counters that every test must leave at zero: what is live, and misuse.
-pub const MUST_BE_ZERO: [&str; 10] = [
+/// nvsim's counters that every test must leave at zero: what is live (the driver's
+/// objects behind the tables and mappings included), and misuse.
+pub const MUST_BE_ZERO: [&str; 14] = [
     "allocations_live",
     "suballocations_live",
     "vmm_reservations_live",
@@ -158,13 +192,30 @@ pub const MUST_BE_ZERO: [&str; 10] = [
     "pins_live",
     "persistent_pins_live",
     "dma_mappings_live",
+    "tables_live",
+    "page_objects_live",
+    "uuids_live",
+    "mapping_objects_live",
     "bar1_used",
     "client_errors",
     "freed_page_writes",
 ];
 
-/// Checks [`MUST_BE_ZERO`].
+/// Checks [`MUST_BE_ZERO`], once the closes nvsim deferred to its kernel thread are done.
 pub fn nvsim_counters_back_to_zero() -> TestResult {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stats()?
+        .get("deferred_closes_pending")
+        .copied()
+        .unwrap_or(0)
+        != 0
+    {
+        check!(
+            std::time::Instant::now() < deadline,
+            "closes deferred to nvsim's kernel thread still pending after 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     for c in MUST_BE_ZERO {
         check_eq!(stat(c)?, 0, c);
     }
