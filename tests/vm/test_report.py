@@ -222,6 +222,46 @@ class ScanTest(unittest.TestCase):
         self.assertTrue(missing)
 
 
+# An IOMMU's DMA fault as Debian's 7.3.4 kernel logs it (drivers/iommu/intel/dmar.c).
+DMAR_FAULT = ("DMAR: DRHD: handling fault status reg 2\n"
+              "DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault addr 0xfff80000 "
+              "[fault reason 0x06] PTE Read access is not set\n")
+
+
+class DmarFaultTest(unittest.TestCase):
+    def test_a_dma_fault_fails_the_run(self):
+        for fault in [DMAR_FAULT, DMAR_FAULT.replace("DMA Read", "DMA Write"),
+                      "DMAR: [INTR-REMAP] Request device [00:03.0] fault index 0x2 "
+                      "[fault reason 0x25] Present field in the IRTE entry is clear\n"]:
+            with self.subTest(fault=fault):
+                unexpected, missing, _ = report.scan(lines(in_test(fault)))
+                self.assertEqual([(u[0], u[1]) for u in unexpected], [("t1", "dmar-fault")])
+                self.assertEqual(missing, [])
+
+    def test_the_planted_fault_is_told_by_its_address(self):
+        region = "gdrpeer-test: expect-reports dmar-fault=%s\n%sgdrpeer-test: end-expect\n"
+        # The IOMMU reports the page: the marker may name any address in it.
+        for addr in ["0xfff80000", "0xfff80100"]:
+            with self.subTest(addr=addr):
+                self.assertEqual(report.scan(lines(region % (addr, DMAR_FAULT))), ([], [], []))
+        # A fault elsewhere in the region is not the planted one, which is then missing.
+        unexpected, missing, _ = report.scan(lines(region % ("0xfff70000", DMAR_FAULT)))
+        self.assertEqual([u[1] for u in unexpected], ["dmar-fault"])
+        self.assertEqual([m[1] for m in missing], ["dmar-fault"])
+        # No address: no fault can be told apart as planted.
+        log = "gdrpeer-test: expect-reports dmar-fault\n%sgdrpeer-test: end-expect\n" % DMAR_FAULT
+        unexpected, missing, _ = report.scan(lines(log))
+        self.assertEqual(([u[1] for u in unexpected], [m[1] for m in missing]),
+                         (["dmar-fault"], ["dmar-fault"]))
+
+    def test_the_same_fault_outside_the_region_fails(self):
+        region = "gdrpeer-test: expect-reports dmar-fault=0xfff80100\n%sgdrpeer-test: end-expect\n"
+        unexpected, missing, _ = report.scan(lines(region % DMAR_FAULT + DMAR_FAULT))
+        self.assertEqual([u[1] for u in unexpected], ["dmar-fault"])
+        self.assertEqual(missing, [])
+        unexpected, missing, _ = report.scan(lines(region % ""))
+        self.assertEqual((unexpected, [m[1] for m in missing]), ([], ["dmar-fault"]))
+
 
 def in_test(*reports):
     """A log in which test t1 ran while the kernel printed these reports."""
