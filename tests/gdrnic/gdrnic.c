@@ -7,7 +7,8 @@
  * peer-to-peer DMA: the GPU side of every transfer is the edu device reading
  * or writing the GPU BAR at the DMA addresses gdrpeer returned for it.
  * User space drives it through /dev/gdrnic (gdrnic_uapi.h): register GPU
- * memory, "send" (GPU -> NIC) and "receive" (NIC -> GPU).
+ * memory, "send" (GPU -> NIC) and "receive" (NIC -> GPU); tests also read
+ * through any DMA address (DMA_READ) and see a dma-buf mapping's segments.
  *
  * Each open file is one gdrpeer context, created in the opening process,
  * like an RDMA verbs context; registrations are gdrpeer_mr's, or dma-buf
@@ -571,6 +572,98 @@ static long gdrnic_xfer(struct gdrnic_file *f, void __user *uarg, bool send)
 	kfree(bounce);
 out:
 	atomic64_inc(ret ? &gdrnic_stats.failed_transfers : &gdrnic_stats.transfers);
+	gdrnic_mr_put(m);
+	return ret;
+}
+
+/*
+ * DMA_READ: one DMA of the engine from any DMA address, then to the host
+ * buffer. Only an IOMMU checks the address; without one a stale address
+ * reads whatever the BAR holds there now.
+ */
+static long gdrnic_dma_read(struct gdrnic_file *f, void __user *uarg)
+{
+	struct gdrnic_dev *nic = f->nic;
+	struct gdrnic_dma_read_args a;
+	void *bounce;
+	int ret;
+
+	BUILD_BUG_ON(GDRNIC_DMA_READ_MAX > EDU_DMA_MAX);
+	if (!capable(CAP_SYS_RAWIO))
+		return -EPERM;
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (!a.len || a.len > GDRNIC_DMA_READ_MAX)
+		return -EINVAL;
+	bounce = kmalloc(a.len, GFP_KERNEL);
+	if (!bounce)
+		return -ENOMEM;
+	mutex_lock(&nic->engine_lock);
+	if (nic->gone)
+		ret = -ENODEV;
+	else
+		ret = edu_dma(nic, a.addr, EDU_BUF, a.len, false) ?:
+		      edu_dma(nic, EDU_BUF, nic->host_dma, a.len, true);
+	if (!ret)
+		memcpy(bounce, nic->host_buf, a.len);
+	mutex_unlock(&nic->engine_lock);
+	if (!ret && copy_to_user(u64_to_user_ptr(a.buf), bounce, a.len))
+		ret = -EFAULT;
+	kfree(bounce);
+	return ret;
+}
+
+/* DMABUF_SEGS: the segments of a dma-buf import's mapping, under its reservation lock. */
+static long gdrnic_dmabuf_segs(struct gdrnic_file *f, void __user *uarg)
+{
+	struct gdrnic_segs_args a;
+	u64 *addrs = NULL, *lens = NULL;
+	struct scatterlist *sg;
+	struct gdrnic_mr *m;
+	unsigned int i;
+	u32 n = 0;
+	int ret;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (a.pad || a.cap > SZ_64K)
+		return -EINVAL;
+	m = gdrnic_mr_get(f, a.handle);
+	if (!m)
+		return -ENOENT;
+	if (!m->attach) {
+		ret = -EINVAL;
+		goto out;
+	}
+	addrs = kcalloc(a.cap, sizeof(u64), GFP_KERNEL);
+	lens = kcalloc(a.cap, sizeof(u64), GFP_KERNEL);
+	if (a.cap && (!addrs || !lens)) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	dma_resv_lock(m->attach->dmabuf->resv, NULL);
+	ret = gdrnic_dmabuf_map(m);
+	if (!ret) {
+		for_each_sgtable_dma_sg(m->sgt, sg, i) {
+			if (n < a.cap) {
+				addrs[n] = sg_dma_address(sg);
+				lens[n] = sg_dma_len(sg);
+			}
+			n++;
+		}
+	}
+	dma_resv_unlock(m->attach->dmabuf->resv);
+	if (ret)
+		goto out;
+	a.nents = n;
+	n = min(n, a.cap);
+	if ((a.addrs && copy_to_user(u64_to_user_ptr(a.addrs), addrs, n * sizeof(u64))) ||
+	    (a.lens && copy_to_user(u64_to_user_ptr(a.lens), lens, n * sizeof(u64))) ||
+	    copy_to_user(uarg, &a, sizeof(a)))
+		ret = -EFAULT;
+out:
+	kfree(addrs);
+	kfree(lens);
 	gdrnic_mr_put(m);
 	return ret;
 }
@@ -1371,6 +1464,10 @@ static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return gdrnic_reg_dmabuf(f, uarg);
 	case GDRNIC_IOCTL_FUZZ:
 		return gdrnic_fuzz(f, uarg);
+	case GDRNIC_IOCTL_DMA_READ:
+		return gdrnic_dma_read(f, uarg);
+	case GDRNIC_IOCTL_DMABUF_SEGS:
+		return gdrnic_dmabuf_segs(f, uarg);
 	default:
 		return -ENOTTY;
 	}

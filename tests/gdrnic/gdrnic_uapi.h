@@ -71,6 +71,39 @@ struct gdrnic_dmabuf_args {
 };
 
 /*
+ * DMA_READ: the edu engine reads @len bytes at DMA address @addr, whatever
+ * it is (needs CAP_SYS_RAWIO): no registration is looked up, and an IOMMU is
+ * the only check. Tests read through the addresses gdrpeer handed out for
+ * the edu function (DMA_MAP's, the kernel API's, a dma-buf's segments) to
+ * see that they reach the GPU memory behind them; a read of an address whose
+ * mapping was torn down is the planted DMA after revocation, which a
+ * translating IOMMU blocks and logs as a DMA fault.
+ */
+#define GDRNIC_DMA_READ_MAX	4032	/* one DMA of the engine */
+
+struct gdrnic_dma_read_args {
+	__u64 addr;		/* in: a DMA address of the edu function */
+	__u64 len;		/* in: bytes, 1 .. GDRNIC_DMA_READ_MAX */
+	__u64 buf;		/* in: user buffer the bytes are copied to */
+};
+
+/*
+ * DMABUF_SEGS: the DMA segments of a dma-buf import's mapping, as the
+ * exporter's sg_table gives them (mapped again first if an invalidation
+ * took the mapping away): the first @cap segments' addresses and lengths,
+ * and in @nents how many there are. -EINVAL: the handle is not a dma-buf
+ * import; -ENXIO: a pinned import was revoked.
+ */
+struct gdrnic_segs_args {
+	__u32 handle;		/* in: a REG_DMABUF registration */
+	__u32 cap;		/* in: entries in each array */
+	__u64 addrs;		/* in: user array for the DMA addresses, or 0 */
+	__u64 lens;		/* in: user array for the lengths in bytes, or 0 */
+	__u32 nents;		/* out: segments of the mapping */
+	__u32 pad;		/* in: 0 */
+};
+
+/*
  * FUZZ: the module itself makes @ops random calls of gdrpeer's kernel API
  * (include/gdrpeer-kapi.h), seeded by @seed, and checks each outcome against
  * Documentation/kernel-api.rst: contexts created and destroyed (in the
@@ -168,5 +201,7 @@ struct gdrnic_fuzz_args {
 #define GDRNIC_IOCTL_RECV	_IOW(GDRNIC_IOCTL_MAGIC, 4, struct gdrnic_xfer_args)
 #define GDRNIC_IOCTL_REG_DMABUF	_IOWR(GDRNIC_IOCTL_MAGIC, 5, struct gdrnic_dmabuf_args)
 #define GDRNIC_IOCTL_FUZZ	_IOWR(GDRNIC_IOCTL_MAGIC, 6, struct gdrnic_fuzz_args)
+#define GDRNIC_IOCTL_DMA_READ	_IOW(GDRNIC_IOCTL_MAGIC, 7, struct gdrnic_dma_read_args)
+#define GDRNIC_IOCTL_DMABUF_SEGS _IOWR(GDRNIC_IOCTL_MAGIC, 8, struct gdrnic_segs_args)
 
 #endif /* _UAPI_GDRNIC_H_ */

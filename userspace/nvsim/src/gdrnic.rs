@@ -53,6 +53,30 @@ struct DmabufArgs {
     nents: u32,
 }
 
+/// `struct gdrnic_dma_read_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct DmaReadArgs {
+    addr: u64,
+    len: u64,
+    buf: u64,
+}
+
+/// `struct gdrnic_segs_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct SegsArgs {
+    handle: u32,
+    cap: u32,
+    addrs: u64,
+    lens: u64,
+    nents: u32,
+    pad: u32,
+}
+
+/// `GDRNIC_DMA_READ_MAX`: the longest DMA_READ.
+pub const DMA_READ_MAX: usize = 4032;
+
 /// `GDRNIC_DMABUF_PINNED`: a pinned import (dma_buf_pin) that takes invalidation as
 /// revocation.
 pub const DMABUF_PINNED: u32 = 1 << 0;
@@ -71,6 +95,8 @@ pub const SEND: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 3);
 pub const RECV: ioctl::Opcode = ioctl::opcode::write::<XferArgs>(MAGIC, 4);
 const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC, 5);
 const FUZZ: ioctl::Opcode = ioctl::opcode::read_write::<FuzzArgs>(MAGIC, 6);
+const DMA_READ: ioctl::Opcode = ioctl::opcode::write::<DmaReadArgs>(MAGIC, 7);
+const DMABUF_SEGS: ioctl::Opcode = ioctl::opcode::read_write::<SegsArgs>(MAGIC, 8);
 /// A command gdrnic does not know (number 0 is none of its): its dispatch returns ENOTTY
 /// at once, so the ioctl costs the system call alone.
 const UNKNOWN: ioctl::Opcode = ioctl::opcode::none(MAGIC, 0);
@@ -254,6 +280,51 @@ impl Nic {
     pub fn fuzz(&self, a: &mut FuzzArgs) -> Result<(), Errno> {
         // SAFETY: FUZZ reads and writes one `FuzzArgs`, which holds no pointers.
         unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<FUZZ, FuzzArgs>::new(a)) }
+    }
+
+    /// DMA_READ: the NIC's DMA engine reads `len` bytes (at most [`DMA_READ_MAX`]) at the
+    /// DMA address `addr`, whatever it is (an IOMMU is the only check), and returns them.
+    pub fn dma_read(&self, addr: u64, len: usize) -> Result<Vec<u8>, Errno> {
+        let mut buf = vec![0u8; len];
+        let a = DmaReadArgs {
+            addr,
+            len: len as u64,
+            buf: buf.as_mut_ptr() as u64,
+        };
+        // SAFETY: DMA_READ reads one `DmaReadArgs` and writes `len` bytes to `buf`, which
+        // holds that many.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<DMA_READ, DmaReadArgs>::new(a)) }?;
+        Ok(buf)
+    }
+
+    /// DMABUF_SEGS: the DMA segments (address, length in bytes) of a dma-buf import's
+    /// mapping, as the exporter's sg_table gives them.
+    pub fn dmabuf_segments(&self, handle: u32) -> Result<Vec<(u64, u64)>, Errno> {
+        let mut cap = 16usize;
+        loop {
+            let mut addrs = vec![0u64; cap];
+            let mut lens = vec![0u64; cap];
+            let mut a = SegsArgs {
+                handle,
+                cap: cap as u32,
+                addrs: addrs.as_mut_ptr() as u64,
+                lens: lens.as_mut_ptr() as u64,
+                ..Default::default()
+            };
+            // SAFETY: DMABUF_SEGS reads and writes one `SegsArgs` and writes at most `cap`
+            // u64s to each of `addrs` and `lens`, which hold that many.
+            unsafe {
+                ioctl::ioctl(
+                    &self.fd,
+                    ioctl::Updater::<DMABUF_SEGS, SegsArgs>::new(&mut a),
+                )
+            }?;
+            let n = a.nents as usize;
+            if n <= cap {
+                return Ok(addrs.into_iter().zip(lens).take(n).collect());
+            }
+            cap = n;
+        }
     }
 
     pub fn dereg(&self, handle: u32) -> Result<(), Errno> {
