@@ -10,7 +10,8 @@
 //! Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded, and libcuda.so.1.
 
 use crate::helpers::{
-    dev, eventually, fails, gdrpeer_idle, gstat, ok, p2pclient_addresses, param, pattern, K64,
+    check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, gstat, ok,
+    p2pclient_addresses, param, pattern, K64,
 };
 use crate::nic::{
     check_freed, expect_err, nic, nstat, under_way, DmabufMr, Nic, DMABUF_KAPI,
@@ -105,11 +106,59 @@ fn check_geometry(buf: &Dmabuf, va: u64, len: u64) -> TestResult {
     Ok(())
 }
 
-/// The DMA segments a mapping of the window at `aligned_va` must have: runs of contiguous
-/// bus addresses (no IOMMU: the edu device's DMA addresses are nvsim's bus addresses).
-fn segments(aligned_va: u64, pages: u64) -> Result<u32, String> {
-    let pa = p2pclient_addresses(aligned_va, pages * K64)?;
-    Ok(1 + pa.windows(2).filter(|w| w[1] != w[0] + K64).count() as u32)
+/// The longest segment gdrpeer puts in an importer's table (src/export.rs, MAX_SEGMENT).
+const MAX_SEGMENT: u64 = 1 << 31;
+
+/// Checks the DMA segments of an import's mapping of the window of `pages` GPU pages at
+/// `aligned_va`, as the NIC's sg_table holds them: DMA addresses for the edu function, whose
+/// kind [`check_dma_kind`] checks page by page against nvsim's bus addresses, and which the
+/// NIC's DMA must find the pages behind (`content`: the window's bytes); whole pages, in
+/// runs as long as the addresses are contiguous (at most [`MAX_SEGMENT`] each), so that two
+/// segments in a row are never contiguous. Without an IOMMU the segments are the runs of
+/// contiguous bus addresses; behind one they depend on the IOVAs the IOMMU gave.
+fn check_segments(
+    n: &Nic,
+    mr: &DmabufMr,
+    aligned_va: u64,
+    pages: u64,
+    content: &[u8],
+) -> TestResult {
+    let segs = n
+        .dmabuf_segments(mr.handle)
+        .map_err(|e| format!("DMABUF_SEGS: {e}"))?;
+    check_eq!(
+        segs.len(),
+        mr.nents as usize,
+        "segments of the mapping now and at registration"
+    );
+    let mut dma = Vec::new();
+    for (i, &(addr, len)) in segs.iter().enumerate() {
+        check!(
+            len > 0 && len % K64 == 0 && len <= MAX_SEGMENT,
+            "segment {i} ({addr:#x} + {len:#x}) is not whole GPU pages of a segment's length"
+        );
+        if let Some(&(next, _)) = segs.get(i + 1) {
+            check!(
+                addr + len != next || len + K64 > MAX_SEGMENT,
+                "segments {i} and {} are contiguous ({addr:#x} + {len:#x}): not merged: {segs:x?}",
+                i + 1
+            );
+        }
+        dma.extend((0..len / K64).map(|p| addr + p * K64));
+    }
+    check_eq!(
+        dma.len() as u64,
+        pages,
+        format!("pages of the segments {segs:x?}")
+    );
+    let what = format!("DMA addresses of the segments {segs:x?}");
+    check_dma_kind(
+        &edu()?,
+        &dma,
+        &p2pclient_addresses(aligned_va, pages * K64)?,
+        &format!("{what} vs nvsim's bus addresses"),
+    )?;
+    check_dma_reaches(n, &dma, content, &what)
 }
 
 /// A dma-buf descriptor as the kernel describes it: close-on-exec, read-write, gdrpeer's,
@@ -191,11 +240,14 @@ fn round_trip(how: Import) -> TestResult {
     }
     let first = va / K64 * K64;
     let pages = (va + len - 1) / K64 - va / K64 + 1;
-    check_eq!(
-        imp.mr.nents,
-        segments(first, pages)?,
-        "DMA segments of the import's mapping"
-    );
+    let at = (first - m.p) as usize;
+    check_segments(
+        &n,
+        &imp.mr,
+        first,
+        pages,
+        &data[at..at + (pages * K64) as usize],
+    )?;
     check_eq!(
         nstat("dmabuf_maps")? - maps,
         1,

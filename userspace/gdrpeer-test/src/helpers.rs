@@ -5,6 +5,7 @@
 //! p2pclient's view of the same memory, and gdrpeer's ioctls issued raw.
 
 use gdrpeer::{uapi, Device, PciAddress};
+use nvsim::gdrnic::Nic;
 use nvsim::testing::{self as harness, errno, TestResult};
 use nvsim::{check, check_eq};
 use rustix::{
@@ -124,6 +125,169 @@ pub fn edu() -> Result<PciAddress, String> {
         }
     }
     Err("no edu device".into())
+}
+
+// --- Which kind of address an interface hands out ---------------------------------------
+//
+// GET_PAGES and nv-p2p's page tables give bus addresses of the GPU BAR; DMA_MAP, the kernel
+// API's registrations and a dma-buf's segments give DMA addresses for one peer. Without a
+// translating IOMMU the two are equal; behind one (tests/plans/iommu.sh) a DMA address is an
+// IO virtual address that the IOMMU maps to the bus address, and only the peer's own DMA can
+// tell whether it maps to the right page: `check_dma_reaches` reads through it with the NIC.
+
+/// Whether DMA of the PCI function `dev` goes through a translating IOMMU: its IOMMU group's
+/// default domain is "DMA" (strict invalidation) or "DMA-FQ" (lazy). No group (no IOMMU, as
+/// on the test kernel) or an identity domain: its DMA addresses are bus addresses.
+pub fn iommu_translates(dev: &PciAddress) -> Result<bool, String> {
+    Ok(matches!(
+        iommu_domain(dev)?.as_deref(),
+        Some("DMA" | "DMA-FQ")
+    ))
+}
+
+/// The type of the default domain of `dev`'s IOMMU group, None without a group.
+pub fn iommu_domain(dev: &PciAddress) -> Result<Option<String>, String> {
+    let group = format!("/sys/bus/pci/devices/{dev}/iommu_group");
+    if !std::path::Path::new(&group).exists() {
+        return Ok(None);
+    }
+    let path = format!("{group}/type");
+    let t = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    match t.trim() {
+        t @ ("DMA" | "DMA-FQ" | "identity") => Ok(Some(t.to_string())),
+        other => Err(format!(
+            "{path}: a {other} domain, not the kernel's DMA API's"
+        )),
+    }
+}
+
+/// The bus addresses of the GPU BAR (nvsim's ivshmem device, BAR 2), first and last.
+pub fn gpu_bar() -> Result<(u64, u64), String> {
+    for entry in std::fs::read_dir("/sys/bus/pci/devices").map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let id = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+        if id("vendor").trim() == "0x1af4" && id("device").trim() == "0x1110" {
+            let res = id("resource");
+            let hex = |w: &str| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok();
+            let line = res.lines().nth(2).unwrap_or_default();
+            let mut words = line.split_whitespace().map(hex);
+            if let (Some(Some(start)), Some(Some(end))) = (words.next(), words.next()) {
+                if start != 0 {
+                    return Ok((start, end));
+                }
+            }
+            return Err(format!("{}: no BAR 2 in '{line}'", path.display()));
+        }
+    }
+    Err("no ivshmem device (the GPU BAR)".into())
+}
+
+/// Checks that `dma`, the DMA addresses an interface handed out for the GPU pages whose bus
+/// addresses are `bus`, are what `peer`'s DMA needs: the bus addresses themselves without a
+/// translating IOMMU; behind one, page-aligned IO virtual addresses, none of them inside the
+/// GPU BAR (the IOMMU keeps the PCI windows out of its address space: an address there is a
+/// bus address handed out where a DMA address was due). Whether each reaches its page is
+/// [`check_dma_reaches`]'s to see.
+pub fn check_dma_kind(peer: &PciAddress, dma: &[u64], bus: &[u64], what: &str) -> TestResult {
+    check_eq!(dma.len(), bus.len(), format!("{what}: number of addresses"));
+    if !iommu_translates(peer)? {
+        check_eq!(
+            dma,
+            bus,
+            format!("{what}: DMA addresses for {peer}, no IOMMU translating (the bus addresses)")
+        );
+        return Ok(());
+    }
+    let (start, end) = gpu_bar()?;
+    for (i, (&d, &b)) in dma.iter().zip(bus).enumerate() {
+        check!(
+            d % 4096 == 0,
+            "{what}: DMA address {d:#x} of page {i} is not page-aligned"
+        );
+        check!(
+            !(start..=end).contains(&d),
+            "{what}: DMA address {d:#x} of page {i} (bus address {b:#x}) is inside the GPU \
+             BAR ({start:#x}-{end:#x}): a bus address where {peer}'s IOMMU needs an IOVA"
+        );
+    }
+    Ok(())
+}
+
+/// Reads through each of `dma`, the DMA addresses of consecutive GPU pages for the edu
+/// function, with the NIC's engine (gdrnic's DMA_READ), and checks that each reaches its
+/// page: the bytes read in the middle of page i are `content`'s there (`content` holds the
+/// pages' bytes, as the CPU sees them). Behind a translating IOMMU this is the IOMMU mapping
+/// each IOVA to its page's bus address. The pages must differ where they are read.
+pub fn check_dma_reaches(nic: &Nic, dma: &[u64], content: &[u8], what: &str) -> TestResult {
+    let n = nvsim::gdrnic::DMA_READ_MAX;
+    let at = (K64 as usize - n) / 2;
+    check_eq!(
+        content.len(),
+        dma.len() * K64 as usize,
+        format!("{what}: bytes of the pages to compare")
+    );
+    let want: Vec<&[u8]> = (0..dma.len())
+        .map(|i| &content[i * K64 as usize + at..][..n])
+        .collect();
+    for i in 0..want.len() {
+        if let Some(j) = (0..i).find(|&j| want[j] == want[i]) {
+            return Err(format!(
+                "{what}: pages {j} and {i} hold the same bytes: a read cannot tell them apart"
+            ));
+        }
+    }
+    for (i, &d) in dma.iter().enumerate() {
+        let got = nic
+            .dma_read(d + at as u64, n)
+            .map_err(|e| format!("{what}: DMA_READ of page {i} at {:#x}: {e}", d + at as u64))?;
+        if got != want[i] {
+            let other = (0..want.len()).find(|&j| got == want[j]);
+            return Err(format!(
+                "{what}: the NIC's DMA at {d:#x} (page {i}) did not read page {i}'s bytes{}",
+                other.map_or(String::new(), |j| format!(" but page {j}'s"))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `f` with the NIC open, loading gdrnic.ko for it (and unloading it after) when it is
+/// not loaded: for the gdrpeer suite's tests, which run without it.
+pub fn with_nic<T>(f: impl FnOnce(&Nic) -> Result<T, String>) -> Result<T, String> {
+    use std::process::Command;
+    let loaded = std::path::Path::new("/dev/gdrnic").exists();
+    if !loaded {
+        let ok = Command::new("gdrpeer-vmtool")
+            .args(["insmod", "/gdrpeer/modules/gdrnic.ko"])
+            .status()
+            .map_err(|e| format!("gdrpeer-vmtool: {e}"))?
+            .success();
+        check!(ok, "insmod gdrnic.ko");
+    }
+    let r = Nic::open()
+        .map_err(|e| format!("/dev/gdrnic: {e}"))
+        .and_then(|nic| f(&nic));
+    if !loaded {
+        // The file is closed; its context's reference on the module may be put a moment
+        // later, from gdrpeer's workqueue.
+        let rmmod = || {
+            Command::new("rmmod")
+                .arg("gdrnic")
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let mut tries = 50;
+        while !rmmod() {
+            tries -= 1;
+            if tries == 0 {
+                r?;
+                return Err("rmmod gdrnic after the test: not within 5 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    r
 }
 
 /// The bus addresses nvsim gives an in-kernel client (p2pclient) for the same range.

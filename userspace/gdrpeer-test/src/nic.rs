@@ -6,7 +6,8 @@
 
 use crate::failnth::{walk, Op, Ready};
 use crate::helpers::{
-    all_released, eventually, gdrpeer_idle, gstat, p2pclient_addresses, param, pattern, K64,
+    all_released, check_dma_kind, check_dma_reaches, edu, eventually, gdrpeer_idle, gstat,
+    iommu_domain, p2pclient_addresses, param, pattern, K64,
 };
 use crate::proc;
 pub use nvsim::gdrnic::{
@@ -50,8 +51,9 @@ pub fn expect_err<T: std::fmt::Debug>(r: Result<T, Errno>, want: Errno, what: &s
 // --- The tests ----------------------------------------------------------------------------
 
 /// CPU writes to GPU memory arrive at the NIC, and the NIC's writes arrive in GPU memory,
-/// byte for byte, across 64 KiB page boundaries and at unaligned offsets; the NIC uses the
-/// bus addresses nvsim gives any client (no IOMMU: DMA address = bus address).
+/// byte for byte, across 64 KiB page boundaries and at unaligned offsets. The kernel API
+/// hands the NIC DMA addresses for it: the bus addresses nvsim gives any client without an
+/// IOMMU, IOVAs behind a translating one; either way each reaches its page.
 fn round_trip() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
@@ -65,11 +67,18 @@ fn round_trip() -> TestResult {
     check_eq!(mr.offset, 333, "offset");
     check_eq!(mr.page_size as u64, K64, "page size");
     check_eq!(mr.dma.len(), 3, "DMA addresses");
-    check_eq!(
-        mr.dma,
-        p2pclient_addresses(va + K64, 3 * K64)?,
-        "DMA addresses vs nvsim's bus addresses"
-    );
+    check_dma_kind(
+        &edu()?,
+        &mr.dma,
+        &p2pclient_addresses(va + K64, 3 * K64)?,
+        "the kernel API's DMA addresses vs nvsim's bus addresses",
+    )?;
+    check_dma_reaches(
+        &n,
+        &mr.dma,
+        &before[K64 as usize..4 * K64 as usize],
+        "the kernel API's DMA addresses",
+    )?;
 
     // GPU -> NIC, 9000 bytes crossing the page boundary at va + 128 KiB.
     let off = K64 - 333 - 4000;
@@ -452,6 +461,82 @@ fn nine_registrations_of_one_page() -> TestResult {
 pub const DMA_DEBUG_TESTS: &[harness::Test] = &[(
     "gdrnic-dma-debug-nine-registrations-of-one-page",
     nine_registrations_of_one_page,
+)];
+
+/// A DMA after revocation, planted: the NIC registers a GPU page through the kernel API, the
+/// memory is freed (the callback revokes the registration, and the page's DMA mapping for
+/// edu goes), and the NIC's engine is told to read the page's old DMA address anyway, as a
+/// NIC driver that kept using a revoked address would. Behind a translating IOMMU in strict
+/// mode the IOVA is unusable the moment its mapping goes: the read is blocked, and the IOMMU
+/// driver logs a DMA fault ("DMAR: [DMA Read NO_PASID] Request device [..] fault addr
+/// <the IOVA's page> [fault reason ..] ..."). The test waits for that line inside a region
+/// marked `expect-reports dmar-fault=<address>`: the log oracle (tests/vm/report) excuses a
+/// fault at that address there and no other, and fails the run if it is missing. Run by
+/// tests/plans/iommu.sh only (`gdrpeer-test --nic-iommu`): without an IOMMU the read reaches
+/// whatever the BAR holds there now.
+fn planted_dma_after_revocation() -> TestResult {
+    let peer = edu()?;
+    let domain = iommu_domain(&peer)?;
+    check_eq!(
+        domain.as_deref(),
+        Some("DMA"),
+        format!("{peer}'s IOMMU domain (\"DMA\": translated, strict invalidation)")
+    );
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(41, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let n = nic()?;
+    let mapped = stat("dma_mappings_live")?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    check_eq!(
+        stat("dma_mappings_live")?,
+        mapped + 1,
+        "nvsim's DMA mappings with the registration"
+    );
+    check_dma_reaches(&n, &mr.dma, &content, "the registration's DMA address")?;
+    let invalidations = nstat("invalidations")?;
+    gpu.free(va).map_err(errno)?;
+    eventually(5, "the registration's invalidation", || {
+        Ok(nstat("invalidations")? > invalidations)
+    })?;
+    eventually(5, "the page's DMA mapping for edu torn down", || {
+        Ok(stat("dma_mappings_live")? == mapped)
+    })?;
+    expect_err(
+        n.send(mr.handle, 0, 64),
+        Errno::NXIO,
+        "send after revocation",
+    )?;
+
+    // The planted bug: the engine reads the revoked IOVA.
+    let at = mr.dma[0] + 0x100;
+    let fault = format!("fault addr {:#x}", at & !0xfff);
+    let kmsg = |m: &str| std::fs::write("/dev/kmsg", format!("gdrpeer-test: {m}"));
+    kmsg(&format!("expect-reports dmar-fault={at:#x}")).map_err(|e| format!("/dev/kmsg: {e}"))?;
+    let read = n.dma_read(at, 64);
+    let logged = eventually(5, "the IOMMU's DMA fault in the kernel log", || {
+        let out = Command::new("dmesg")
+            .output()
+            .map_err(|e| format!("dmesg: {e}"))?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.contains("DMAR: [DMA Read") && l.contains(&fault)))
+    });
+    kmsg("end-expect").map_err(|e| format!("/dev/kmsg: {e}"))?;
+    logged?;
+    let got = read.map_err(|e| format!("DMA_READ of the revoked {at:#x}: {e}"))?;
+    check!(
+        got[..] != content[0x100..0x140],
+        "the read after revocation returned the freed page's bytes: the IOMMU let it through"
+    );
+    n.dereg(mr.handle).map_err(errno)
+}
+
+/// Tests that need a translating IOMMU in strict mode (`gdrpeer-test --nic-iommu`).
+pub const IOMMU_TESTS: &[harness::Test] = &[(
+    "gdrnic-iommu-planted-dma-after-revocation",
+    planted_dma_after_revocation,
 )];
 
 /// Tests that make lockdep report (run in a boot of their own).

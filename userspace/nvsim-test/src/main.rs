@@ -274,6 +274,40 @@ fn persistent_pin_survives_free() -> TestResult {
     Ok(())
 }
 
+/// The sysfs directory of the PCI function p2pclient names `peer` ("gpu": the ivshmem device
+/// nvsim binds; "edu").
+fn peer_sysfs(peer: &str) -> Result<std::path::PathBuf, String> {
+    let (vendor, device) = if peer == "gpu" {
+        ("0x1af4", "0x1110")
+    } else {
+        ("0x1234", "0x11e8")
+    };
+    for entry in std::fs::read_dir("/sys/bus/pci/devices").map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let id = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+        if id("vendor").trim() == vendor && id("device").trim() == device {
+            return Ok(path);
+        }
+    }
+    Err(format!("no PCI function for {peer}"))
+}
+
+/// Whether DMA of `peer` goes through a translating IOMMU: its IOMMU group's default domain
+/// is "DMA" or "DMA-FQ". Without a group (no IOMMU) or with an identity domain, its DMA
+/// addresses are bus addresses.
+fn iommu_translates(peer: &str) -> Result<bool, String> {
+    let path = peer_sysfs(peer)?.join("iommu_group/type");
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok(matches!(t.trim(), "DMA" | "DMA-FQ")),
+        Err(_) if !peer_sysfs(peer)?.join("iommu_group").exists() => Ok(false),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// dma_map_pages for two peers: a mapping each, of the pin's pages. Without an IOMMU the DMA
+/// addresses are the table's bus addresses; behind a translating one they are IOVAs, page
+/// aligned and none of them a bus address of the pin (gdrpeer-test reads through them with
+/// the NIC to see that they reach the pages).
 fn dma_map_several_peers() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
@@ -285,12 +319,32 @@ fn dma_map_several_peers() -> TestResult {
             out.contains("version=0x00020003 entries=2"),
             "mapping for {peer}: {out}"
         );
-        // No IOMMU in the guest: DMA addresses are the bus addresses.
-        let want: Vec<String> = p.pa.iter().map(|a| format!("{a:#x}")).collect();
-        check!(
-            out.ends_with(&format!("dma={}", want.join(","))),
-            "{peer} addresses: {out}"
-        );
+        if !iommu_translates(peer)? {
+            let want: Vec<String> = p.pa.iter().map(|a| format!("{a:#x}")).collect();
+            check!(
+                out.ends_with(&format!("dma={}", want.join(","))),
+                "{peer} addresses, no IOMMU translating (the bus addresses): {out}"
+            );
+            continue;
+        }
+        let dma = out
+            .rsplit_once("dma=")
+            .map(|(_, a)| {
+                a.split(',')
+                    .map(|x| u64::from_str_radix(x.trim().trim_start_matches("0x"), 16))
+                    .collect::<Result<Vec<u64>, _>>()
+            })
+            .and_then(Result::ok)
+            .ok_or(format!("{peer} addresses: {out}"))?;
+        check_eq!(dma.len(), p.pa.len(), format!("{peer} addresses: {out}"));
+        for d in dma {
+            check!(
+                d % 4096 == 0 && !p.pa.contains(&d),
+                "{peer} address {d:#x} behind a translating IOMMU: a bus address of the pin \
+                 ({:x?}) or not page-aligned",
+                p.pa
+            );
+        }
     }
     check_eq!(stat("dma_mappings_live")?, 2, "two mappings");
     check_eq!(
