@@ -63,6 +63,7 @@
 #include <linux/mutex.h>
 #include <linux/pci.h>
 #include <linux/random.h>
+#include <linux/refcount.h>
 #include <linux/sched.h>
 #include <linux/semaphore.h>
 #include <linux/seq_file.h>
@@ -308,6 +309,7 @@ struct nvsim_pin {
 	bool force_bar1;		/* pinned with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING */
 	bool registered;		/* both steps of the pin done: in nvsim_pins */
 	bool orphaned;			/* its memory was freed between the two steps */
+	refcount_t refs;		/* nvsim's own, and each dma_unmap_pages inside it */
 };
 
 /*
@@ -334,13 +336,16 @@ static LIST_HEAD(nvsim_all_phys);
 
 /*
  * Registered pins by the address of their table. Changes under nvsim_lock
- * and nvsim_pins_mutex, read under either; dma_unmap_pages takes only
- * nvsim_pins_mutex (to find the table) and then the table's semaphore, as the
- * real driver takes only that semaphore there: a free callback may wait for
- * an unmap. A pin's mapping list changes under its semaphore.
+ * and nvsim_pins_lock, read under either. dma_unmap_pages takes only
+ * nvsim_pins_lock (to find the table and take a reference on its pin) and
+ * then the table's semaphore, as the real driver takes only that semaphore
+ * there: a free callback may wait for an unmap. A pin's mapping list changes
+ * under its semaphore. A spinlock, so that an unmap made in atomic context
+ * (a client bug) is reported by might_sleep() and not also by lockdep, which
+ * would turn itself off.
  */
 static DEFINE_HASHTABLE(nvsim_pins, 12);
-static DEFINE_MUTEX(nvsim_pins_mutex);
+static DEFINE_SPINLOCK(nvsim_pins_lock);
 static u32 unmap_delay_us;	/* debugfs unmap_delay_us */
 
 /* The driver's slab cache of struct nvidia_p2p_page. */
@@ -574,7 +579,7 @@ static struct nvsim_pin *nvsim_pin_by_table(const struct nvidia_p2p_page_table *
 {
 	struct nvsim_pin *pin;
 
-	lockdep_assert(lockdep_is_held(&nvsim_lock) || lockdep_is_held(&nvsim_pins_mutex));
+	lockdep_assert(lockdep_is_held(&nvsim_lock) || lockdep_is_held(&nvsim_pins_lock));
 	hash_for_each_possible(nvsim_pins, pin, hash, (unsigned long)pt)
 		if (&pin->pt == pt)
 			return pin;
@@ -586,9 +591,9 @@ static bool nvsim_table_live(const struct nvidia_p2p_page_table *pt)
 {
 	bool live;
 
-	mutex_lock(&nvsim_pins_mutex);
+	spin_lock(&nvsim_pins_lock);
 	live = nvsim_pin_by_table(pt);
-	mutex_unlock(&nvsim_pins_mutex);
+	spin_unlock(&nvsim_pins_lock);
 	return live;
 }
 
@@ -628,6 +633,7 @@ static struct nvsim_pin *nvsim_pin_new(void)
 		return NULL;
 	INIT_LIST_HEAD(&pin->maps.head);
 	sema_init(&pin->maps.lock, 1);
+	refcount_set(&pin->refs, 1);
 	INIT_LIST_HEAD(&pin->node);
 	atomic64_inc(&st.tables_live);
 	return pin;
@@ -667,6 +673,13 @@ static void nvsim_pin_free(struct nvsim_pin *pin)
 	} else {
 		kfree(pin);
 	}
+}
+
+/* Drops a reference to @pin: the last frees it. */
+static void nvsim_pin_put_ref(struct nvsim_pin *pin)
+{
+	if (refcount_dec_and_test(&pin->refs))
+		nvsim_pin_free(pin);
 }
 
 /*
@@ -793,11 +806,12 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
 
 	lockdep_assert_held(&nvsim_lock);
 	if (pin->registered) {
-		mutex_lock(&nvsim_pins_mutex);
+		spin_lock(&nvsim_pins_lock);
 		hash_del(&pin->hash);
-		mutex_unlock(&nvsim_pins_mutex);
+		spin_unlock(&nvsim_pins_lock);
 	}
-	/* An unmap that found the table before it left the hash is done after this. */
+	/* Freed for its clients from now on (an unmap in progress keeps the memory). */
+	nvsim_calls_mark_freed(&pin->pt, NULL);
 	down(&pin->maps.lock);
 	list_splice_init(&pin->maps.head, &maps);
 	up(&pin->maps.lock);
@@ -812,7 +826,7 @@ static void nvsim_pin_release(struct nvsim_pin *pin)
 		else
 			st.pins_live--;
 	}
-	nvsim_pin_free(pin);
+	nvsim_pin_put_ref(pin);
 }
 
 /*
@@ -1123,7 +1137,7 @@ static int nvsim_pin_step1(u64 p2p_token, u32 va_space, u64 va, u64 len, bool pe
 	if (!pin)
 		return -ENOMEM;
 	if (nvsim_table_fill(pin, a, first, count, bar1)) {
-		nvsim_pin_free(pin);
+		nvsim_pin_put_ref(pin);
 		return -ENOMEM;
 	}
 	/*
@@ -1154,10 +1168,10 @@ static int nvsim_pin_step1(u64 p2p_token, u32 va_space, u64 va, u64 len, bool pe
 static void nvsim_pin_register(struct nvsim_pin *pin)
 {
 	lockdep_assert_held(&nvsim_lock);
-	mutex_lock(&nvsim_pins_mutex);
+	spin_lock(&nvsim_pins_lock);
 	hash_add(nvsim_pins, &pin->hash, (unsigned long)&pin->pt);
 	pin->registered = true;
-	mutex_unlock(&nvsim_pins_mutex);
+	spin_unlock(&nvsim_pins_lock);
 	if (pin->persistent)
 		st.persistent_pins_live++;
 	else
@@ -1223,7 +1237,7 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 	if (pin->orphaned) {
 		st.get_pages_failed++;
 		st.pins_failed_between_steps++;
-		nvsim_pin_free(pin);
+		nvsim_pin_put_ref(pin);
 		ret = -EINVAL;
 	} else {
 		pin->free_callback = free_callback;
@@ -1517,16 +1531,16 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 	/* Test knob: a slow unmap, so that a free callback can come during it. */
 	if (unmap_delay_us)
 		fsleep(unmap_delay_us);
-	mutex_lock(&nvsim_pins_mutex);
+	spin_lock(&nvsim_pins_lock);
 	pin = nvsim_pin_by_table(page_table);
+	if (pin)
+		refcount_inc(&pin->refs);
+	spin_unlock(&nvsim_pins_lock);
 	if (!pin) {
-		mutex_unlock(&nvsim_pins_mutex);
 		nvsim_client_err("dma_unmap_pages of a freed table: the driver takes a semaphore inside freed memory\n");
 		goto out;
 	}
-	/* The release of the pin takes the semaphore before it frees the table. */
 	down(&pin->maps.lock);
-	mutex_unlock(&nvsim_pins_mutex);
 	list_for_each_entry(map, &pin->maps.head, node) {
 		if (map->m == dma_mapping) {
 			list_del(&map->node);
@@ -1535,7 +1549,11 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 		}
 	}
 	up(&pin->maps.lock);
-	if (!found) {
+	nvsim_pin_put_ref(pin);
+	if (!found && nvsim_call_saw_free(&call, false)) {
+		nvsim_client_err("dma_unmap_pages of a table freed while the call waited: the driver takes a semaphore inside freed memory\n");
+		goto out;
+	} else if (!found) {
 		nvsim_client_err("dma_unmap_pages of a mapping that is not the table's (unmapped already, or another table's)\n");
 		goto out;
 	}
