@@ -64,6 +64,7 @@ test_rmmod_order() {
 # Unloads the modules above and including nvsim, whatever the tests before left.
 nvsim_suite() {
 	unload_nv_stack
+	SUITE=nvsim-test$NVSIM_SUFFIX
 	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL nvsim-load $*"; return; }
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL p2pclient-load"; unload nvsim; return; }
 	nvsim-test "${NVSIM_FILTER:-$TEST_FILTER}" >/tmp/nvsim-test.out 2>&1
@@ -136,6 +137,13 @@ test_bench_short() {
 }
 
 # --- The oracle: the kernel log must catch what it is meant to catch -------
+
+# Every leak of the plan so far, listed in the kernel log for the host to judge
+# before the planted leaks come: the planted region excuses planted.ko's alone.
+test_kmemleak_before_planted_bugs() {
+	leaks=$(kmemleak_scan)
+	[ "$leaks" = 0 ] || fail "kmemleak lists $leaks unreferenced objects (see the kernel log)"
+}
 
 # A client that takes its own lock in the free callback while calling nvsim
 # under that lock: lockdep must see nvsim's global lock in the cycle.
@@ -215,6 +223,7 @@ run_plan() {
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
 	t bench-short test_bench_short
+	t kmemleak-before-planted-bugs test_kmemleak_before_planted_bugs
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs
