@@ -64,6 +64,7 @@ test_rmmod_order() {
 # Unloads the modules above and including nvsim, whatever the tests before left.
 nvsim_suite() {
 	unload_nv_stack
+	SUITE=nvsim-test$NVSIM_SUFFIX
 	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL nvsim-load $*"; return; }
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL p2pclient-load"; unload nvsim; return; }
 	nvsim-test "${NVSIM_FILTER:-$TEST_FILTER}" >/tmp/nvsim-test.out 2>&1
@@ -153,11 +154,19 @@ test_bench_short() {
 
 # --- The oracle: the kernel log must catch what it is meant to catch -------
 
+# Every leak of the plan so far, listed in the kernel log for the host to judge
+# before the planted leaks come: the planted region excuses planted.ko's alone.
+test_kmemleak_before_planted_bugs() {
+	leaks=$(kmemleak_scan)
+	[ "$leaks" = 0 ] || fail "kmemleak lists $leaks unreferenced objects (see the kernel log)"
+}
+
 # A client that takes its own lock in the free callback while calling nvsim
-# under that lock: lockdep must see nvsim's global lock in the cycle.
+# under that lock: lockdep must see nvsim's global lock in the cycle, and only
+# the two locks: the host excuses that cycle alone (tests/vm/report).
 test_lockdep_sees_callback_lock_inversion() {
 	load $M/nvsim.ko && load $M/p2pclient.ko || fail "load"
-	kmsg "expect-reports lockdep"
+	kmsg "expect-reports lockdep=client_lock,nvsim_lock"
 	nvsim-test --lockdep-inversion
 	rc=$?
 	kmsg "end-expect"
@@ -240,6 +249,7 @@ run_plan() {
 	t stress-short stress_run 20000 3 3 1
 	t fuzz-short fuzz_run 50000 4 1
 	t bench-short test_bench_short
+	t kmemleak-before-planted-bugs test_kmemleak_before_planted_bugs
 	# Last: lockdep turns itself off after its first report.
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	# After it: a KASAN report taints the kernel, and lockdep stops.

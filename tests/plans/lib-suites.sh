@@ -12,10 +12,13 @@ ensure_loaded() {
 }
 
 # results NAME SUFFIX CMD...: runs CMD, a program printing `@@ RESULT` lines,
-# appends SUFFIX to their names, and reports an exit status above 1 (a crash:
-# 1 means some test failed and said so) as a failure of NAME.
+# appends SUFFIX to their names, and reports an exit status above 1 (a crash,
+# or a program that could not start or found no CUDA library: 1 means some test
+# failed and said so) as a failure of NAME. NAME is the suite that nvsim's
+# misuse counters charge until the next one (lib.sh, nvsim_judge).
 results() {
 	rname=$1 rsuffix=$2
+	SUITE=$rname$rsuffix
 	shift 2
 	{ "$@" 2>&1; echo $? >/tmp/results.rc; } |
 		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1$rsuffix/"
@@ -89,8 +92,7 @@ test_cli_events() {
 cuda_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko || { echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX nvsim-load"; return; }
-	gdrpeer-test --cuda-only "$TEST_FILTER" |
-		sed "s/^\(@@ RESULT [A-Z]* [^ ]*\)/\1-without-module$CUDA_SUFFIX/"
+	results gdrpeer-test-cuda-only "-without-module$CUDA_SUFFIX" gdrpeer-test --cuda-only "$TEST_FILTER"
 	load $M/gdrpeer.ko ||
 		{ echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX gdrpeer-load"; unload nvsim; return; }
 	results gdrpeer-test-cuda "$CUDA_SUFFIX" gdrpeer-test --cuda "$TEST_FILTER"
@@ -106,6 +108,7 @@ gdrdrv_client_suite() {
 		return
 	fi
 	unload_nv_stack
+	SUITE=gdrdrv-client$GDRDRV_CLIENT_SUFFIX
 	load $M/nvsim.ko && load $M/gdrpeer.ko ||
 		{ echo "@@ RESULT FAIL gdrdrv-client$GDRDRV_CLIENT_SUFFIX load"; unload_nv_stack; return; }
 	{ gdrdrv-client 2>&1; echo $? >/tmp/gdrdrv-client.rc; } |

@@ -12,9 +12,11 @@ gdrnic_lockdep_suite() {
 	if [ -n "$TEST_FILTER" ] && ! echo gdrnic-lockdep | grep -qE "$TEST_FILTER"; then
 		return 0
 	fi
+	SUITE=gdrnic-lockdep
 	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko ||
 		{ echo "@@ RESULT FAIL gdrnic-lockdep-suite load"; return; }
-	kmsg "expect-reports lockdep"
+	# The cycle of gdrnic's file lock and gdrpeer's invalidation, nothing else.
+	kmsg "expect-reports lockdep=&f->lock,gdrpeer_invalidate"
 	gdrpeer-test --nic-lockdep
 	rc=$?
 	kmsg "end-expect"

@@ -13,6 +13,71 @@ SKIP=77
 
 kmsg() { echo "gdrpeer-test: $*" >/dev/kmsg; }
 
+# --- nvsim's misuse counters --------------------------------------------------
+#
+# nvsim counts what a client does that the real driver would punish
+# (client_errors: calls on tables it freed, put_pages with mappings live, ...)
+# and writes into freed GPU memory (freed_page_writes). Every test and suite is
+# judged by them, whatever program it ran: after each test (`t`) and before
+# each rmmod of nvsim, the counters are compared with their last judged values
+# (zero at load); growth fails the test, or, outside a test, is reported as a
+# failure naming the suite (nvsim-misuse).
+NVSIM_DEBUGFS=${NVSIM_DEBUGFS:-/sys/kernel/debug/nvsim}
+NVSIM_JUDGED=${NVSIM_JUDGED:-/tmp/nvsim-judged}
+NVSIM_MISUSE=${NVSIM_MISUSE:-/tmp/nvsim-misuse}
+NVSIM_ZERO="client_errors 0, freed_page_writes 0"
+
+# The counters, once nvsim checked every freed page's poison.
+nvsim_misuse() {
+	echo 1 >$NVSIM_DEBUGFS/check_freed 2>/dev/null
+	awk '$1 == "client_errors" || $1 == "freed_page_writes" {
+		printf "%s%s %s", sep, $1, $2; sep = ", " }' $NVSIM_DEBUGFS/stats
+}
+
+# nvsim_judge WHERE: records growth of the counters since last judged.
+nvsim_judge() {
+	[ -e $NVSIM_DEBUGFS/stats ] || return 0
+	now=$(nvsim_misuse)
+	last=$(cat $NVSIM_JUDGED 2>/dev/null)
+	last=${last:-$NVSIM_ZERO}
+	echo "$now" >$NVSIM_JUDGED
+	[ "$now" = "$last" ] && return 0
+	echo "nvsim's misuse counters grew during $1: ${now:-(unreadable)} (were $last)" >>$NVSIM_MISUSE
+}
+
+# Reports what nvsim_judge recorded outside any test, each a failure of its own.
+nvsim_flush() {
+	[ -s $NVSIM_MISUSE ] || return 0
+	while IFS= read -r line; do echo "@@ RESULT FAIL nvsim-misuse $line"; done <$NVSIM_MISUSE
+	: >$NVSIM_MISUSE
+}
+
+# Every rmmod of nvsim, by the plans or the library, judges it first.
+rmmod() {
+	for m in "$@"; do
+		[ "$m" != nvsim ] || nvsim_judge "${IN_TEST:-${SUITE:-the plan}}"
+	done
+	command rmmod "$@"
+}
+
+# --- kmemleak -------------------------------------------------------------------
+KMEMLEAK=/sys/kernel/debug/kmemleak
+
+# kmemleak_scan: scans, writes every unreferenced object kmemleak lists (with its
+# allocation backtrace) into the kernel log, where the host judges each one, and
+# clears the list, so that the next scan lists only later leaks. Prints how many
+# objects it listed.
+kmemleak_scan() {
+	# kmemleak ignores objects younger than 5 s: let the last ones age.
+	sleep 6
+	# A report needs two scans (the first records each object's checksum).
+	echo scan >$KMEMLEAK
+	echo scan >$KMEMLEAK
+	to_kmsg <$KMEMLEAK
+	grep -c '^unreferenced object' $KMEMLEAK
+	echo clear >$KMEMLEAK
+}
+
 # Copies stdin to the kernel log line by line (one write per record).
 to_kmsg() { while IFS= read -r line; do echo "$line" >/dev/kmsg; done; }
 
@@ -22,8 +87,10 @@ t() {
 	if [ -n "$TEST_FILTER" ] && ! echo "$name" | grep -qE "$TEST_FILTER"; then
 		return 0
 	fi
+	nvsim_flush
 	kmsg "begin $name"
 	echo "--- $name"
+	IN_TEST=$name SUITE=
 	( "$@" ) &
 	pid=$!
 	( sleep "$TEST_TIMEOUT"; kill -9 $pid 2>/dev/null ) &
@@ -32,9 +99,21 @@ t() {
 	rc=$?
 	kill $watchdog 2>/dev/null
 	wait $watchdog 2>/dev/null
+	nvsim_judge "$name"
+	IN_TEST=
+	misuse=""
+	if [ -s $NVSIM_MISUSE ]; then
+		misuse=$(tr '\n' ' ' <$NVSIM_MISUSE)
+		: >$NVSIM_MISUSE
+		echo "FAIL: $misuse"
+	fi
+	case $rc in
+	0 | 77) [ -z "$misuse" ] || rc=misuse ;;
+	esac
 	case $rc in
 	0) echo "@@ RESULT PASS $name" ;;
 	77) echo "@@ RESULT SKIP $name" ;;
+	misuse) echo "@@ RESULT FAIL $name $misuse" ;;
 	137) echo "@@ RESULT FAIL $name timed out after ${TEST_TIMEOUT}s" ;;
 	*) echo "@@ RESULT FAIL $name exit status $rc" ;;
 	esac
@@ -51,7 +130,11 @@ expect_eq() {
 }
 
 # Loads a module with one finit_module() call; prints the errno name on failure.
-load() { gdrpeer-vmtool insmod "$@"; }
+# A freshly loaded nvsim's misuse counters are zero.
+load() {
+	gdrpeer-vmtool insmod "$@" || return
+	case $1 in */nvsim*.ko) echo "$NVSIM_ZERO" >$NVSIM_JUDGED ;; esac
+}
 unload() { rmmod "$1" 2>/dev/null || true; }
 # Unloads modules in order, each given up to 5 s: a closed file's or a revoked region's
 # reference on gdrpeer is put from gdrpeer's workqueue, just after close or the callback
@@ -66,13 +149,14 @@ unload_wait() {
 		done
 	done
 }
-unload_all() { for m in gdrnic gdrpeer nvsim planted; do unload $m; done; }
+unload_all() { for m in gdrnic gdrpeer p2pclient nvsim planted; do unload $m; done; }
 # Unloads the NVIDIA stand-in and everything built on it, users first.
 unload_nv_stack() { for m in gdrnic gdrpeer p2pclient nvsim; do unload $m; done; }
 
 # Reports the cases of a KUnit suite that ran at insmod as tests of their own.
 kunit_results() {
 	suite=$1
+	nvsim_flush
 	if [ -n "$TEST_FILTER" ] && ! echo "kunit.$suite" | grep -qE "$TEST_FILTER"; then
 		return 0
 	fi
@@ -94,18 +178,14 @@ EOT
 
 run_all() {
 	echo 3 >/proc/sys/kernel/printk_ratelimit_burst 2>/dev/null
-	# The benchmark kernel has no kmemleak.
-	kmemleak=/sys/kernel/debug/kmemleak
-	[ -e $kmemleak ] && echo clear >$kmemleak
+	# The benchmark kernel has no kmemleak. What the boot left is not ours.
+	[ -e $KMEMLEAK ] && echo clear >$KMEMLEAK
 	run_plan
+	SUITE="the plan's end (unload_all)"
 	unload_all
-	[ -e $kmemleak ] || return 0
-	# kmemleak ignores objects younger than 5 s: let the last ones age.
-	sleep 6
+	nvsim_flush
+	[ -e $KMEMLEAK ] || return 0
 	kmsg "begin kmemleak-scan"
-	# A report needs two scans (the first records each object's checksum).
-	echo scan >/sys/kernel/debug/kmemleak
-	echo scan >/sys/kernel/debug/kmemleak
-	to_kmsg </sys/kernel/debug/kmemleak
+	kmemleak_scan >/dev/null
 	kmsg "end kmemleak-scan"
 }

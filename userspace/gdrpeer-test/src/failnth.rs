@@ -95,7 +95,24 @@ impl std::fmt::Display for Step {
 /// Walks `op`'s allocations; `released` is the suite's check that nothing is held any more.
 /// A step whose checks fail is reported and the walk goes on, as long as `released` finds
 /// nothing left over.
+///
+/// Each failed allocation's stack goes to the kernel log (fault injection's `verbose` 2), and
+/// the host judges the walk by them: one that failed no allocation of gdrpeer's own code
+/// proved nothing of gdrpeer, and fails (tests/vm/report).
 pub fn walk<S>(op: &Op<S>, released: fn() -> TestResult) -> TestResult {
+    walk_sites(op, released).map(|_| ())
+}
+
+/// A call that must allocate nothing: its walk ends at the first step, with no fault injected.
+/// (A walk of it would fail no allocation of gdrpeer's, and the host would fail it.)
+pub fn allocates_nothing<S>(op: &Op<S>, released: fn() -> TestResult) -> TestResult {
+    let sites = walk_sites(op, released)?;
+    check_eq!(sites, 0, format!("{}: allocations made", op.name));
+    Ok(())
+}
+
+/// [`walk`]: the number of allocation sites the call has.
+fn walk_sites<S>(op: &Op<S>, released: fn() -> TestResult) -> Result<u32, String> {
     let _faults = FaultConfig::fail_sleeping_allocations()?;
     let mut trail = String::new();
     let mut failed = 0;
@@ -161,7 +178,7 @@ pub fn walk<S>(op: &Op<S>, released: fn() -> TestResult) -> TestResult {
         op.name
     );
     check!(wrong.is_empty(), "{}: {}", op.name, wrong.join("; "));
-    Ok(())
+    Ok(sites)
 }
 
 /// `op` once with its `n`-th allocation failed: what the call returned. An error if no fault
@@ -365,19 +382,25 @@ impl FailNth {
 }
 
 /// failslab and fail_page_alloc set so that fail-nth may fail any allocation: sleeping ones
-/// (GFP_KERNEL) and highmem and order-0 pages too, with no random failures (probability 0).
-/// The old settings come back on drop.
+/// (GFP_KERNEL) and highmem and order-0 pages too, with no random failures (probability 0),
+/// each failure dumped with its stack. The old settings come back on drop.
 struct FaultConfig {
     saved: Vec<(String, String)>,
 }
 
-const SETTINGS: [(&str, &str); 6] = [
+const SETTINGS: [(&str, &str); 10] = [
     ("failslab/ignore-gfp-wait", "N"),
     ("failslab/probability", "0"),
     ("fail_page_alloc/ignore-gfp-wait", "N"),
     ("fail_page_alloc/ignore-gfp-highmem", "N"),
     ("fail_page_alloc/min-order", "0"),
     ("fail_page_alloc/probability", "0"),
+    // Each failed allocation's stack to the kernel log, none ratelimited away: the host
+    // counts the walk's failures in gdrpeer's own code by them.
+    ("failslab/verbose", "2"),
+    ("failslab/verbose_ratelimit_interval_ms", "0"),
+    ("fail_page_alloc/verbose", "2"),
+    ("fail_page_alloc/verbose_ratelimit_interval_ms", "0"),
 ];
 
 impl FaultConfig {

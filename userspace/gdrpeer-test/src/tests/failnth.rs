@@ -7,7 +7,7 @@
 //! usable and the cache consistent: no handle made, and as many nv-p2p pins live as the file
 //! counts regions.
 
-use crate::failnth::{fail_once, walk, Op, Ready};
+use crate::failnth::{allocates_nothing, fail_once, walk, Op, Ready};
 use crate::helpers::{all_released, dev, edu, fails, gstat, ok, pin_args, raw_pin, K64};
 use gdrpeer::{
     gdrdrv::{self, Gdrdrv},
@@ -709,8 +709,14 @@ pub const TESTS: &[Test] = &[
         walk(&GET_PAGES, all_released)
     }),
     ("gdrpeer-failnth-dma-map", || walk(&DMA_MAP, all_released)),
-    ("gdrpeer-failnth-stats", || walk(&STATS, all_released)),
-    ("gdrpeer-failnth-get-info", || walk(&GET_INFO, all_released)),
+    // No allocation to fail: these calls must make none (a walk would fail nothing of
+    // gdrpeer's, which the host fails).
+    ("gdrpeer-stats-allocates-nothing", || {
+        allocates_nothing(&STATS, all_released)
+    }),
+    ("gdrpeer-get-info-allocates-nothing", || {
+        allocates_nothing(&GET_INFO, all_released)
+    }),
     ("gdrpeer-failnth-mmap", || walk(&MMAP, all_released)),
     ("gdrpeer-failnth-export-dmabuf", || {
         walk(&EXPORT_DMABUF, all_released)
