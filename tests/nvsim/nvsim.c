@@ -205,6 +205,13 @@ static struct {
 	u64 pins_failed_between_steps, deferred_closes;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
+	/*
+	 * dma_map_pages calls that read a live table and found it freed once they
+	 * had the lock: the window every nv-p2p client is left (design.rst, "The
+	 * DMA-mapping window"), counted apart from client_errors so that a run
+	 * says how often it was entered.
+	 */
+	atomic64_t dma_map_window;
 	/* The driver's allocations behind what clients see, live. */
 	atomic64_t tables_live, page_objects_live, uuids_live, mapping_objects_live;
 	atomic64_t objects_recycled;	/* tables and mappings handed out again */
@@ -1487,10 +1494,14 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	if (!live || nvsim_call_saw_free(&call, false)) {
 		if (pin) {
 			nvsim_client_err("stale dma_map_pages: its table was freed by the free callback and is now a newer pin's, whose memory is mapped\n");
+		} else if (live) {
+			/* The client checked a live table: the window it cannot close. */
+			pr_warn("DMA-mapping window: dma_map_pages of a table freed while the call waited: the driver reads it before its lock and links the mapping into it after\n");
+			atomic64_inc(&st.dma_map_window);
+			ret = -EFAULT;
+			goto out;
 		} else {
-			nvsim_client_err("dma_map_pages of a freed table (%s): the driver reads it and links the mapping into it\n",
-					 live ? "freed while the call waited" :
-					 "freed before the call");
+			nvsim_client_err("dma_map_pages of a freed table (freed before the call): the driver reads it and links the mapping into it\n");
 			ret = -EFAULT;
 			goto out;
 		}
@@ -2303,6 +2314,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "faults_injected %llu\n", st.faults_injected);
 	seq_printf(m, "put_pages_wrong_process %llu\n", st.put_pages_wrong_process);
 	seq_printf(m, "client_errors %lld\n", atomic64_read(&st.client_errors));
+	seq_printf(m, "dma_map_window %lld\n", atomic64_read(&st.dma_map_window));
 	seq_printf(m, "calls_delayed %d\n", atomic_read(&calls_delayed));
 	seq_printf(m, "freed_page_writes %llu\n", st.freed_page_writes);
 	seq_printf(m, "free_page_table_calls %lld\n", atomic64_read(&st.free_page_table_calls));

@@ -3,6 +3,14 @@
 # stress.sh, fuzz.sh and bench.sh (make stress, make fuzz, make bench).
 # Sourced by plans.
 
+# dma_map_window: how often the run entered the DMA-mapping window (nvsim's
+# dma_map_window: dma_map_pages calls whose table was freed while they waited
+# for NVIDIA's lock; Documentation/design.rst), a figure for the log.
+dma_map_window() {
+	echo "DMA-mapping window entered: $(awk '$1 == "dma_map_window" { print $2 }' \
+		/sys/kernel/debug/nvsim/stats) dma_map_pages calls"
+}
+
 # stress_run OPS PROCS THREADS SEED: nvsim, gdrpeer (a small region limit, so
 # that evictions happen too) and the sample NIC, then gdrpeer-test --stress
 # (userspace/gdrpeer-test/src/stress.rs).
@@ -13,6 +21,7 @@ stress_run() {
 		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-test --stress "$@"
 	rc=$?
+	dma_map_window
 	unload_nv_stack
 	return $rc
 }
@@ -26,6 +35,7 @@ fuzz_run() {
 		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-test --fuzz "$@"
 	rc=$?
+	dma_map_window
 	unload_nv_stack
 	return $rc
 }
@@ -40,6 +50,7 @@ kapi_fuzz_run() {
 		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	gdrpeer-test --kapi-fuzz "$@"
 	rc=$?
+	dma_map_window
 	unload_nv_stack
 	return $rc
 }
