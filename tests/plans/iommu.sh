@@ -59,12 +59,14 @@ test_iommu_translated_strict() {
 	done
 }
 
-# nvsim-test's tests of nvsim's DMA mappings and bus addresses.
+# nvsim-test's tests of nvsim's DMA mappings and bus addresses (its filter: names
+# containing one of the |-separated words).
 nvsim_dma_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko && load $M/p2pclient.ko ||
 		{ echo "@@ RESULT FAIL nvsim-dma-suite$S load"; unload_nv_stack; return; }
-	results nvsim-test "$S" nvsim-test "${TEST_FILTER:-nvsim-dma-map|nvsim-pages-carry-bus}"
+	results nvsim-test "$S" nvsim-test \
+		"${TEST_FILTER:-nvsim-dma-map|nvsim-dma-unmap-of-a-freed|nvsim-bar-extents|nvsim-force-bar1-table-cannot-be-dma-mapped}"
 	unload_nv_stack
 }
 
