@@ -225,8 +225,9 @@ run_plan() {
 	NVSIM_FILTER='nvsim-persistent-flags|nvsim-page-table-version' NVSIM_SUFFIX=-coherent nvsim_suite coherent=1
 	NVSIM_FILTER=nvsim-bar-extents NVSIM_SUFFIX=-fragmented nvsim_suite fragmented_bar=1
 	NVSIM_FILTER=suballocation NVSIM_SUFFIX=-per-block nvsim_suite callback_per_buffer=0
-	for r in "put-pages-inside-the-callback-fails-with-a-warn warning" \
-		"dma-unmap-pages-in-atomic-context-is-reported bug"; do
+	# Each region expects its report by content: a frame of the module that makes it.
+	for r in "put-pages-inside-the-callback-fails-with-a-warn warning=nvsim" \
+		"dma-unmap-pages-in-atomic-context-is-reported bug=nvsim"; do
 		t nvsim-${r%% *} test_nvsim_reporting nvsim-${r%% *} ${r##* }
 	done
 	# The default run includes the allocation-failure walks (gdrpeer-failnth-*,
@@ -254,6 +255,6 @@ run_plan() {
 	t lockdep-sees-callback-lock-inversion test_lockdep_sees_callback_lock_inversion
 	# After it: a KASAN report taints the kernel, and lockdep stops.
 	t nvsim-read-of-a-table-after-its-callback-is-reported test_nvsim_reporting \
-		nvsim-read-of-a-table-after-its-callback-is-reported kasan
+		nvsim-read-of-a-table-after-its-callback-is-reported kasan=p2pclient
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs
 }
