@@ -59,8 +59,10 @@
 #define UNKNOWN_HANDLE 0xfffffff0U
 /*
  * CUDA carves allocations below 2 MiB out of shared blocks, so two of them may
- * share a GPU page, and freeing one revokes pins over the other's pages too.
- * Checks that free one buffer and keep another use allocations of this size.
+ * share a GPU page, and freeing one may revoke pins over the other's pages
+ * too, or (the driver's rule: the callback belongs to the block) nothing at
+ * all. Checks that free one buffer and keep another, or that need the free's
+ * callback, use allocations of this size.
  */
 #define OWN_PAGES_SIZE (2UL << 20)
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -1132,7 +1134,8 @@ static int scenario(const char *name)
 	fail_prefix = "child: ";
 	if (cuda_setup())
 		return fail("no CUDA");
-	if (alloc_pin_map(fd, &b, 2 * GPU_PAGE))
+	/* An allocation of its own, so that its cuMemFree calls back. */
+	if (alloc_pin_map(fd, &b, OWN_PAGES_SIZE))
 		return 1;
 	memset(b.p, 0x11, b.size);
 	if (!strcmp(name, "after-cumemfree")) {

@@ -18,12 +18,7 @@
 S=-per-block
 
 # Every load of nvsim.ko, whoever makes it, gets the driver's callback rule.
-load() {
-	case "$1" in
-	*/nvsim.ko) gdrpeer-vmtool insmod "$@" callback_per_buffer=0 ;;
-	*) gdrpeer-vmtool insmod "$@" ;;
-	esac
-}
+NVSIM_PARAMS=callback_per_buffer=0
 
 run_plan() {
 	t demo-pin-cache-revoke$S demo_pin_cache_revoke

@@ -1,8 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0
 # The plan `make check` runs on each stock Debian kernel (tests/vm/stock): its
 # own vmlinuz, gdrpeer.ko as `dkms install` built and signed it, nvsim,
-# p2pclient and gdrnic built against the same headers. Its one argument, the
-# kernel's name (deb-7.2), is appended to every test's name.
+# p2pclient and gdrnic built against the same headers. Its first argument, the
+# kernel's name (deb-7.2), is appended to every test's name. Its second, if
+# `per-block`, runs everything under nvsim's callback rule for small buffers
+# as the driver has it (callback_per_buffer=0, Documentation/nvsim.rst: the
+# free callback belongs to the pool block, so freeing a small cuMemAlloc
+# buffer calls nothing back); otherwise under nvsim's default, the stricter
+# per-buffer rule. tests/vm/check runs one stock kernel under each, so every
+# suite here runs under both.
 #
 # These kernels have no sanitizers: a freed object is handed out again at once,
 # as on every machine users run, so a stale pointer meets a live object instead
@@ -19,8 +25,14 @@
 . $GDRPEER/plans/lib-suites.sh
 . $GDRPEER/plans/lib-load.sh
 
-KERNEL_NAME=$(head -n1 $GDRPEER/plan.args)
+KERNEL_NAME=$(sed -n 1p $GDRPEER/plan.args)
 S=-${KERNEL_NAME:-stock}
+CALLBACK_RULE=$(sed -n 2p $GDRPEER/plan.args)
+case ${CALLBACK_RULE:=per-buffer} in
+per-block) NVSIM_PARAMS=callback_per_buffer=0 ;;
+per-buffer) ;;
+*) echo "stock.sh: unknown callback rule '$CALLBACK_RULE'" >&2 ;;
+esac
 
 # skip_absent NAME WHAT PATH: NAME skipped because the kernel lacks WHAT (PATH
 # is how it would show); a failure if the kernel has it after all, so that the
@@ -34,7 +46,7 @@ skip_absent() {
 }
 
 run_plan() {
-	echo "kernel: $(uname -r) ($(uname -v))"
+	echo "kernel: $(uname -r) ($(uname -v)); nvsim's callback rule: $CALLBACK_RULE"
 	t demo-load-version-unload$S demo_chain
 	t demo-pin-cache-revoke$S demo_pin_cache_revoke
 	t demo-mmap-write-read-free$S demo_mmap

@@ -130,9 +130,14 @@ expect_eq() {
 }
 
 # Loads a module with one finit_module() call; prints the errno name on failure.
-# A freshly loaded nvsim's misuse counters are zero.
+# A freshly loaded nvsim's misuse counters are zero. Every load of nvsim.ko gets
+# the plan's NVSIM_PARAMS too (the callback rule a plan runs under, say), after
+# the caller's parameters.
 load() {
-	gdrpeer-vmtool insmod "$@" || return
+	case $1 in
+	*/nvsim.ko) gdrpeer-vmtool insmod "$@" $NVSIM_PARAMS || return ;;
+	*) gdrpeer-vmtool insmod "$@" || return ;;
+	esac
 	case $1 in */nvsim*.ko) echo "$NVSIM_ZERO" >$NVSIM_JUDGED ;; esac
 }
 unload() { rmmod "$1" 2>/dev/null || true; }

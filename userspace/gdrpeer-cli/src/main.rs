@@ -51,6 +51,8 @@ enum Command {
     /// memory goes when another thread frees it (--free-after) or the driver does.
     Events {
         /// Allocate (cuMemAlloc) and pin buffers of these sizes (decimal, or hex with 0x).
+        /// CUDA carves buffers under 2 MiB out of shared blocks, and freeing one need not
+        /// revoke anything: give 2 MiB or more to see the free's event.
         #[arg(long = "alloc", value_name = "BYTES", value_parser = parse_number, required = true)]
         sizes: Vec<u64>,
         /// Pin through /dev/gdrdrv (PIN_BUFFER_V2) instead of /dev/gdrpeer.

@@ -187,11 +187,12 @@ pub fn mmap_child() -> TestResult {
     crate::sanity::load()?;
     let cu = crate::sanity::cu();
     let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
-    println!("# a program allocates 200 KiB with cuMemAlloc and pins the allocation");
-    let size = 200 << 10;
-    let p = cu.mem_alloc(size).map_err(cuda)?;
+    println!("# a program allocates 2 MiB with cuMemAlloc and pins 200 KiB of it");
+    println!("#   (an allocation of its own: freeing a smaller one, carved from a shared block,");
+    println!("#   need not call anything back)");
+    let p = cu.mem_alloc(nvsim::POOL_BLOCK as usize).map_err(cuda)?;
     let d = dev()?;
-    let pin = ok(d.pin(p, size as u64, PinFlags::empty()), "pin")?;
+    let pin = ok(d.pin(p, 200 << 10, PinFlags::empty()), "pin")?;
     println!(
         "    buffer {p:#x}: handle {}, window {:#x} + offset {:#x}, {} pages of {} KiB",
         pin.handle,

@@ -18,7 +18,7 @@ use crate::nic::{
     DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED,
 };
 use crate::proc;
-use crate::sanity::{self, c, cu, DevMem};
+use crate::sanity::{self, c, cu, DevMem, OWN_ALLOCATION};
 use crate::tests::badinput::{fork_errno, in_child, wait_errno};
 use gdrpeer::{uapi, Device, Dmabuf, PinFlags};
 use nvsim::testing::{errno, stat, Test, TestResult};
@@ -471,7 +471,10 @@ enum Handover {
 /// through it, after the exporter closed its descriptor and its /dev/gdrpeer file: it reads
 /// what cuMemcpyHtoD wrote, and its receive is what cuMemcpyDtoH finds.
 fn other_process_imports(how: Handover) -> TestResult {
-    let size = 2 * K64 as usize;
+    // An allocation of its own: the child's release of the last reference leaves the pin to
+    // the free callback (another process cannot put it), which cuMemFree of a smaller
+    // buffer need not give (sanity::OWN_ALLOCATION).
+    let size = OWN_ALLOCATION;
     let (m, data) = filled(size, 19)?;
     let reply = pattern(20, 5000);
     let (at, len) = (1000u64, 3 * K64 / 2);

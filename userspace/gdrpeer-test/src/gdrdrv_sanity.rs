@@ -9,7 +9,7 @@
 
 use crate::helpers::{fails, gstat, ok, pattern, K64};
 use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait};
-use crate::sanity::{c, cu, expect_sigbus, load, DevMem};
+use crate::sanity::{c, cu, expect_sigbus, load, DevMem, OWN_ALLOCATION};
 use gdrpeer::gdrdrv::{self, Gdrdrv};
 use gdrpeer::{EventKind, EventSource, Mapping};
 use nvsim::testing::{self as harness, Test, TestResult};
@@ -189,7 +189,8 @@ fn close_with_mapping() -> TestResult {
 /// The child modes of the SIGBUS checks: map, write, withdraw, touch (does not return).
 fn touch_after(withdraw: fn(&Gdrdrv, &mut DevMem, u64) -> TestResult) -> TestResult {
     load()?;
-    let (mut m, va) = aligned(2 * K64)?;
+    // An allocation of its own, so that cuMemFree calls back (sanity::OWN_ALLOCATION).
+    let (mut m, va) = aligned(OWN_ALLOCATION as u64)?;
     let g = open()?;
     let p = pin_map(&g, va, 2 * K64, 0)?;
     p.map.write(p.at, &[0x11; 64]);

@@ -40,6 +40,12 @@ pub fn c(e: CudaCallError) -> String {
 }
 
 /// cuMemAlloc'd memory, freed on drop unless freed already.
+/// The smallest cuMemAlloc that is an allocation of its own (nvsim's pool block, as CUDA's):
+/// a smaller buffer is carved out of a shared block, and freeing it need not call anything
+/// back (the driver's rule, nvsim's `callback_per_buffer=0`). A test that needs the free
+/// callback of a cuMemFree allocates at least this much.
+pub const OWN_ALLOCATION: usize = nvsim::POOL_BLOCK as usize;
+
 pub struct DevMem {
     pub p: u64,
     freed: bool,
@@ -153,7 +159,7 @@ fn data_validation() -> TestResult {
 
 /// cuMemFree under a pin: the handle is revoked, its pages are gone, unpin still works.
 fn invalidation_after_free() -> TestResult {
-    let mut m = DevMem::new(2 * K64 as usize)?;
+    let mut m = DevMem::new(OWN_ALLOCATION)?;
     let d = dev()?;
     let p = ok(d.pin(m.p, 2 * K64, PinFlags::empty()), "pin")?;
     m.free()?;
@@ -290,7 +296,7 @@ fn mmap_htod_then_read() -> TestResult {
 pub fn touch_after_cumemfree() -> TestResult {
     load()?;
     let d = dev()?;
-    let mut b = MappedBuffer::new(&d, 2 * K64 as usize)?;
+    let mut b = MappedBuffer::new(&d, OWN_ALLOCATION)?;
     let data = pattern(22, b.size);
     b.map.write(b.offset, &data);
     b.mem.free()?;
