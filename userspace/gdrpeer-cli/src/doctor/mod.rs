@@ -5,6 +5,8 @@
 
 pub mod parse;
 pub mod sys;
+#[cfg(test)]
+mod tests;
 
 use parse::{Flavour, IommuMode, PciLink};
 use serde::Serialize;

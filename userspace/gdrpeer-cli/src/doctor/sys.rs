@@ -40,6 +40,12 @@ impl Sys {
 
     /// The host path of `path` (absolute, as on the machine).
     pub fn path(&self, path: &str) -> PathBuf {
+        // In a tree, links are followed inside it (an absolute target is the tree's).
+        let path = match self.live {
+            true => None,
+            false => self.resolve(path),
+        }
+        .unwrap_or_else(|| path.to_string());
         self.root.join(path.trim_start_matches('/'))
     }
 
