@@ -104,8 +104,8 @@ test_cli_doctor() {
 		"^ok    kernel-rust: " \
 		"^warn  nvidia: nvsim (the simulator, standing in for nvidia), open flavour.*; nv-p2p: [0-9]* functions, page tables 2\.0 -- fix: " \
 		"^ok    gdrpeer: gdrpeer is loaded, .*cache_max_regions=1024" \
-		"^ok    device /dev/gdrpeer: root:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
-		"^ok    device /dev/gdrdrv: root:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
+		"^ok    device /dev/gdrpeer: [a-z0-9]*:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
+		"^ok    device /dev/gdrdrv: [a-z0-9]*:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
 		"^$1" \
 		"^[a-z]*  *bar1 $gpu: simulated GPU (nvsim on ivshmem BAR 2): BAR1 [1-9][0-9]* MiB, 0 MiB of [1-9][0-9]* MiB in use (0%, nvsim's debugfs stats)$" \
 		"^warn  pcie-path $gpu $edu: GPU $gpu to $edu (gdrnic, the sample NIC): through the host bridge, one CPU (PHB); acceptable in NVIDIA's rule" \
