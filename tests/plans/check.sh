@@ -217,6 +217,8 @@ run_plan() {
 	t cli-gdrdrv-info test_cli_gdrdrv_info
 	t cli-events test_cli_events
 	t cli-dmabuf test_cli_dmabuf
+	t cli-doctor test_cli_doctor "ok    iommu: off: "
+	t cli-doctor-without-gdrpeer test_cli_doctor_without_gdrpeer
 	t rmmod-order test_rmmod_order
 	t gdrdrv-not-registered-with-gdrdrv-0 test_gdrdrv_param_off
 	t gdrdrv-not-registered-over-another test_gdrdrv_name_taken

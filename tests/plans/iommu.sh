@@ -86,6 +86,7 @@ iommu_planted_suite() {
 run_plan() {
 	echo "kernel: $(uname -r) ($(uname -v)); $(cat /proc/cmdline)"
 	t iommu-translated-strict$S test_iommu_translated_strict
+	t cli-doctor$S test_cli_doctor "warn  iommu: translated, strict ([0-9a-f:.]*: DMA, [0-9a-f:.]*: DMA): "
 	t demo-nic-round-trip$S demo_nic_round_trip
 	t demo-dmabuf-nic-invalidate$S demo_dmabuf
 	# GET_PAGES, DMA_MAP and the DMA-mapping and callback tests (gdrpeer-test's

@@ -87,6 +87,68 @@ test_cli_events() {
 	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
 }
 
+# gdrpeer doctor (Documentation/doctor.rst) on the guest: nvsim's GPU on ivshmem and
+# gdrnic's edu NIC, both on the root bus. $1 is what the IOMMU line must begin with
+# ("ok    iommu: off:" on the pc machine, "warn  iommu: translated, strict" behind
+# intel-iommu). With everything loaded nothing blocks (status 0); --json says the same.
+test_cli_doctor() {
+	unload_nv_stack
+	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load nvsim, gdrpeer, gdrnic"
+	gpu=$(basename /sys/bus/pci/drivers/nvsim/0000:*)
+	edu=$(basename /sys/bus/pci/drivers/gdrnic/0000:*)
+	out=$(gdrpeer doctor 2>&1)
+	rc=$?
+	echo "$out"
+	expect_eq "doctor's exit status" "$rc" 0
+	for want in \
+		"^ok    kernel-rust: " \
+		"^warn  nvidia: nvsim (the simulator, standing in for nvidia), open flavour.*; nv-p2p: [0-9]* functions, page tables 2\.0 -- fix: " \
+		"^ok    gdrpeer: gdrpeer is loaded, .*cache_max_regions=1024" \
+		"^ok    device /dev/gdrpeer: [a-z0-9]*:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
+		"^ok    device /dev/gdrdrv: [a-z0-9]*:[a-z0-9]* mode 0[0-7]*, openable by this user$" \
+		"^$1" \
+		"^[a-z]*  *bar1 $gpu: simulated GPU (nvsim on ivshmem BAR 2): BAR1 [1-9][0-9]* MiB, 0 MiB of [1-9][0-9]* MiB in use (0%, nvsim's debugfs stats)$" \
+		"^warn  pcie-path $gpu $edu: GPU $gpu to $edu (gdrnic, the sample NIC): through the host bridge, one CPU (PHB); acceptable in NVIDIA's rule" \
+		"^ok    secure-boot: Secure Boot off (not booted by EFI)" \
+		"^[a-z]*  *module-signature: " \
+		"^doctor: [0-9]* ok, [0-9]* warn, 0 FAIL$"; do
+		echo "$out" | grep -q "$want" || fail "no line matching '$want'"
+	done
+	# The JSON: it parses, and says what the lines say.
+	json=$(gdrpeer doctor --json) || fail "doctor --json: exit status $?"
+	flat=$(echo "$json" | gdrpeer-vmtool json) || fail "doctor --json is not JSON: $json"
+	echo "$flat" | grep -q "^exit_status	0$" || fail "JSON exit_status: $flat"
+	lines=$(echo "$out" | grep -vc "^doctor: ")
+	expect_eq "checks in the JSON" "$(echo "$flat" | grep -c '^checks\.[0-9]*\.check	')" "$lines"
+	i=$(echo "$flat" | sed -n "s/^checks\.\([0-9]*\)\.check	pcie-path $gpu $edu$/\1/p")
+	[ -n "$i" ] || fail "no pcie-path check in the JSON"
+	echo "$flat" | grep -q "^checks\.$i\.facts\.link	host-bridge$" || fail "JSON link: $flat"
+	echo "$flat" | grep -q "^checks\.$i\.facts\.peer_kind	gdrnic, the sample NIC$" || fail "JSON peer_kind"
+	unload_nv_stack
+}
+
+# gdrpeer doctor without gdrpeer loaded (nvsim only): exit status 1, the FAIL lines
+# name the fix, and --json says fail.
+test_cli_doctor_without_gdrpeer() {
+	unload_nv_stack
+	load $M/nvsim.ko || fail "load nvsim"
+	out=$(gdrpeer doctor 2>&1)
+	rc=$?
+	echo "$out"
+	expect_eq "doctor's exit status" "$rc" 1
+	echo "$out" | grep -q "^FAIL  gdrpeer: gdrpeer is not loaded -- fix: .*modprobe gdrpeer" ||
+		fail "no FAIL line for gdrpeer with its fix"
+	echo "$out" | grep -q "^FAIL  device /dev/gdrpeer: /dev/gdrpeer does not exist -- fix: load gdrpeer" ||
+		fail "no FAIL line for /dev/gdrpeer with its fix"
+	echo "$out" | grep -q "^doctor: [0-9]* ok, [0-9]* warn, [1-9][0-9]* FAIL: " || fail "no summary"
+	flat=$(gdrpeer doctor --json | gdrpeer-vmtool json) || fail "doctor --json is not JSON"
+	echo "$flat" | grep -q "^exit_status	1$" || fail "JSON exit_status: $flat"
+	echo "$flat" | grep -q "^status	fail$" || fail "JSON status: $flat"
+	out=$(gdrpeer doctor --bogus 2>&1)
+	expect_eq "a usage error's exit status" "$?" 2
+	unload_nv_stack
+}
+
 # --- gdrcopy's sanity scenarios over (simulated) libcuda ----------------------
 
 # gdrpeer-test --cuda with the module; --cuda-only without it (what runs on a

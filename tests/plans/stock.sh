@@ -54,6 +54,8 @@ run_plan() {
 	t demo-dmabuf-nic-invalidate$S demo_dmabuf
 	t cli-gdrdrv-info$S test_cli_gdrdrv_info
 	t cli-events$S test_cli_events
+	t cli-doctor$S test_cli_doctor "ok    iommu: off: "
+	t cli-doctor-without-gdrpeer$S test_cli_doctor_without_gdrpeer
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite

@@ -2,9 +2,11 @@
 
 //! `gdrpeer`: look at the gdrpeer module from the command line.
 
+mod doctor;
+
 use clap::{Args, Parser, Subcommand};
 use gdrpeer::{Device, PciAddress, PinFlags, PinGuard};
-use std::{process::ExitCode, thread, time::Duration};
+use std::{path::PathBuf, process::ExitCode, thread, time::Duration};
 
 #[derive(Parser)]
 #[command(version, about = "Inspect and exercise the gdrpeer kernel module")]
@@ -93,10 +95,26 @@ enum Command {
     /// hit, free and reallocate (the BUFFER_ID tag check), free. Exits with status 3 when no
     /// CUDA driver library can be loaded.
     Demo,
+    /// Check what GPUDirect RDMA with gdrpeer needs on this machine: the kernel's Rust and
+    /// headers, the NVIDIA driver's flavour, gdrpeer and its devices, the IOMMU, each GPU's
+    /// BAR1, the PCIe path from each GPU to each RDMA device, Secure Boot and the module's
+    /// signature. One line a check (ok, warn, FAIL) with its fix. Exit status 0: nothing
+    /// stops GPUDirect RDMA; 1: some FAIL does; 2: usage error.
+    Doctor {
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Read /sys, /proc, /dev, /boot, /lib/modules and /etc under this directory
+        /// instead of / (tests); runs no command and opens no device.
+        #[arg(long, value_name = "DIR", hide = true)]
+        root: Option<PathBuf>,
+    },
 }
 
 /// Exit status of `demo` when there is no CUDA driver library.
 const NO_CUDA: u8 = 3;
+/// Exit status of a command line that does not parse.
+const USAGE: u8 = 2;
 
 /// What to pin.
 #[derive(Args)]
@@ -139,15 +157,28 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // Help and version go to stdout and succeed; usage errors fail with status 1.
+            // Help and version go to stdout and succeed; usage errors fail with status 2.
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::FAILURE
+                ExitCode::from(USAGE)
             } else {
                 ExitCode::SUCCESS
             };
         }
     };
+    if let Command::Doctor { json, root } = &cli.command {
+        let sys = match root {
+            Some(r) => doctor::Sys::at(r),
+            None => doctor::Sys::live(),
+        };
+        let findings = doctor::run(&sys);
+        if *json {
+            println!("{:#}", doctor::to_json(&findings));
+        } else {
+            print!("{}", doctor::to_text(&findings));
+        }
+        return ExitCode::from(doctor::exit_status(&findings));
+    }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::NoCuda(e)) => {
@@ -406,7 +437,7 @@ fn run(cli: &Cli) -> Result<(), CliError> {
                 d.pin(va, len, PinFlags::empty()).map(|p| p.handle)
             })?
         }
-        Command::GdrdrvInfo { .. } => {}
+        Command::GdrdrvInfo { .. } | Command::Doctor { .. } => {}
         Command::Dmabuf {
             size,
             offset,

@@ -27,7 +27,7 @@ fn errno_name(e: i32) -> String {
 
 fn insmod(args: &[String]) -> ExitCode {
     let Some((path, params)) = args.split_first() else {
-        eprintln!("usage: gdrpeer-vmtool insmod FILE [PARAM=VALUE...]");
+        eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
     let file = match File::open(path) {
@@ -50,12 +50,51 @@ fn insmod(args: &[String]) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// Writes every scalar of a JSON value as `PATH<TAB>VALUE`, PATH made of object keys and
+/// array indices joined by dots (`checks.3.status\tok`); strings without their quotes.
+fn flatten(path: &str, v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    let join = |k: &str| match path {
+        "" => k.to_string(),
+        p => format!("{p}.{k}"),
+    };
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, v)| flatten(&join(k), v, out)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| flatten(&join(&i.to_string()), v, out)),
+        Value::String(s) => *out += &format!("{path}\t{s}\n"),
+        v => *out += &format!("{path}\t{v}\n"),
+    }
+}
+
+/// `json`: parses standard input as one JSON document (status 1 if it is not) and prints
+/// it flattened, for shell tests without jq.
+fn json() -> ExitCode {
+    match serde_json::from_reader::<_, serde_json::Value>(std::io::stdin().lock()) {
+        Ok(v) => {
+            let mut out = String::new();
+            flatten("", &v, &mut out);
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gdrpeer-vmtool json: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: gdrpeer-vmtool insmod FILE [PARAM=VALUE...] | json <DOCUMENT";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.split_first() {
         Some((cmd, rest)) if cmd == "insmod" => insmod(rest),
+        Some((cmd, [])) if cmd == "json" => json(),
         _ => {
-            eprintln!("usage: gdrpeer-vmtool insmod FILE [PARAM=VALUE...]");
+            eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The machine as `doctor` reads it: files under a root (`/`, or a fake tree for tests) and,
+//! on the live machine only, a few commands (`modinfo`, `mokutil`, `nvidia-smi`, `gzip`).
+
+use std::{
+    collections::VecDeque,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+/// Where `doctor` looks.
+pub struct Sys {
+    root: PathBuf,
+    live: bool,
+}
+
+impl Sys {
+    /// The running machine: files from `/`, commands allowed.
+    pub fn live() -> Self {
+        Self {
+            root: PathBuf::from("/"),
+            live: true,
+        }
+    }
+
+    /// A tree standing for `/` (tests): files only, no commands, no ioctls.
+    pub fn at(root: impl Into<PathBuf>) -> Self {
+        Self {
+            root: root.into(),
+            live: false,
+        }
+    }
+
+    /// Whether this is the running machine (commands and ioctls may be used).
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// The host path of `path` (absolute, as on the machine).
+    pub fn path(&self, path: &str) -> PathBuf {
+        // In a tree, links are followed inside it (an absolute target is the tree's).
+        let path = match self.live {
+            true => None,
+            false => self.resolve(path),
+        }
+        .unwrap_or_else(|| path.to_string());
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// A file's text without its trailing white space.
+    pub fn read(&self, path: &str) -> Option<String> {
+        fs::read_to_string(self.path(path))
+            .ok()
+            .map(|s| s.trim_end().to_string())
+    }
+
+    pub fn read_bytes(&self, path: &str) -> Option<Vec<u8>> {
+        fs::read(self.path(path)).ok()
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.path(path).exists()
+    }
+
+    /// The names in a directory, sorted (none if it cannot be read).
+    pub fn names(&self, path: &str) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(self.path(path))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// `path` with every symbolic link followed, inside the root (an absolute link
+    /// target starts again at the root): what `realpath` gives on the machine.
+    pub fn resolve(&self, path: &str) -> Option<String> {
+        let mut todo: VecDeque<String> = parts(path).collect();
+        let mut cur: Vec<String> = Vec::new();
+        let mut hops = 0;
+        while let Some(c) = todo.pop_front() {
+            match c.as_str() {
+                "." => continue,
+                ".." => {
+                    cur.pop();
+                    continue;
+                }
+                _ => cur.push(c),
+            }
+            let here = self.root.join(cur.join("/"));
+            let meta = fs::symlink_metadata(&here).ok()?;
+            if meta.file_type().is_symlink() {
+                hops += 1;
+                if hops > 40 {
+                    return None;
+                }
+                let target = fs::read_link(&here).ok()?;
+                let target = target.to_str()?;
+                cur.pop();
+                if target.starts_with('/') {
+                    cur.clear();
+                }
+                for p in parts(target).collect::<Vec<_>>().into_iter().rev() {
+                    todo.push_front(p);
+                }
+            }
+        }
+        Some(format!("/{}", cur.join("/")))
+    }
+
+    /// The last component of where the link `path` leads (a driver's name, a group's number).
+    pub fn link_name(&self, path: &str) -> Option<String> {
+        let r = self.resolve(path)?;
+        Path::new(&r)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(String::from)
+    }
+
+    /// A command's standard output, when it ran and succeeded (live machine only).
+    pub fn run(&self, prog: &str, args: &[&str]) -> Option<String> {
+        if !self.live {
+            return None;
+        }
+        let out = Command::new(prog).args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+    }
+
+    /// The running kernel's release (`uname -r`).
+    pub fn release(&self) -> Option<String> {
+        self.read("/proc/sys/kernel/osrelease")
+    }
+}
+
+fn parts(path: &str) -> impl Iterator<Item = String> + '_ {
+    path.split('/').filter(|p| !p.is_empty()).map(String::from)
+}
