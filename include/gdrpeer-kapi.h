@@ -22,7 +22,7 @@ struct pci_dev;
 
 /* API version: major << 16 | minor. Same major, minor >= yours: compatible. */
 #define GDRPEER_KAPI_MAJOR 1
-#define GDRPEER_KAPI_MINOR 1
+#define GDRPEER_KAPI_MINOR 2
 #define GDRPEER_KAPI_VERSION ((GDRPEER_KAPI_MAJOR << 16) | GDRPEER_KAPI_MINOR)
 
 /* The registration cache of one process. */
@@ -101,5 +101,25 @@ void gdrpeer_mr_unpin(struct gdrpeer_mr *mr);
  */
 struct dma_buf *gdrpeer_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
 				      u64 *offset);
+
+/* gdrpeer_dmabuf_export_flags() flags (since 1.2). */
+#define GDRPEER_DMABUF_PERSISTENT	(1U << 0)	/* a persistent pin the dma-buf owns */
+#define GDRPEER_DMABUF_FLAGS		GDRPEER_DMABUF_PERSISTENT
+
+/*
+ * Since 1.2: gdrpeer_dmabuf_export() with @flags. GDRPEER_DMABUF_PERSISTENT
+ * backs the dma-buf with a persistent pin of its own (never cached), which the
+ * NVIDIA driver never revokes: the memory stays valid after cuMemFree until
+ * the dma-buf's last reference goes, which gives the pin back from whatever
+ * context it runs in. Such a dma-buf also accepts importers that cannot be
+ * invalidated (a pinned attachment without invalidate_mappings, as
+ * ib_umem_dmabuf_get_pinned() makes). Call from the context's process. Sleeps.
+ *
+ * Returns as gdrpeer_dmabuf_export(), and -EINVAL unknown flags; -EOPNOTSUPP
+ * a persistent pin the driver refuses (MIG, vGPU, confidential computing, a
+ * driver without the persistent API).
+ */
+struct dma_buf *gdrpeer_dmabuf_export_flags(struct gdrpeer_ctx *ctx, u64 va, u64 len,
+					    u32 flags, u64 *offset);
 
 #endif /* _GDRPEER_KAPI_H_ */

@@ -686,16 +686,6 @@ impl Context {
     /// which hold the region themselves). Give it back with [`Context::unhold`]. Closing the
     /// context releases the region like any other; the reference keeps only its memory.
     pub(crate) fn hold(self: &Arc<Self>, range: GpuRange) -> Result<Arc<Region>> {
-        self.hold_and(range, |_, _| {})
-    }
-
-    /// A callback pin of `range` from the cache or pinned now, with a reference taken, and
-    /// `note` run on its region under the lock before the cache is trimmed.
-    fn hold_and(
-        self: &Arc<Self>,
-        range: GpuRange,
-        note: impl FnOnce(&mut Inner, &Arc<Region>),
-    ) -> Result<Arc<Region>> {
         let mut inner = self.inner.lock();
         let region = self.acquire(
             &mut inner,
@@ -704,7 +694,6 @@ impl Context {
             Sharing::Cached,
             Tokens::default(),
         )?;
-        note(&mut inner, &region);
         inner.trim(&params::limits());
         Ok(region)
     }
@@ -732,10 +721,15 @@ impl Context {
     /// stays in use (never evicted) until [`Context::unexport`], whatever happens to the
     /// handle, and stays pinned after the context closes. Returns the region and the handle's
     /// window.
-    pub(crate) fn export(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
+    ///
+    /// `persistent` asks for a handle pinned persistently: -EINVAL for a callback pin.
+    pub(crate) fn export(&self, handle: u64, persistent: bool) -> Result<(Arc<Region>, GpuRange)> {
         let mut inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         let (region, window) = (h.region.clone(), h.window);
+        if persistent && region.pinned.kind() != PinKind::Persistent {
+            return Err(EINVAL);
+        }
         if region.pinned.is_revoked() {
             return Err(ENXIO);
         }
@@ -744,16 +738,28 @@ impl Context {
         Ok((region, window))
     }
 
-    /// Pins `range` from the cache, as a pin without tokens would be, for a dma-buf of it
-    /// ([`Context::export`]): the dma-buf's reference is the only one taken, and no handle is
-    /// made (so no event either). Returns the region and the window.
+    /// Pins `range` for a dma-buf of it ([`Context::export`]): the dma-buf's reference is the
+    /// only one taken, and no handle is made (so no event either). Returns the region and the
+    /// window.
+    ///
+    /// A callback pin comes from the cache, as a pin without tokens would. A persistent pin is
+    /// a region of its own ([`Sharing::Private`]), never in the cache: the dma-buf owns it, and
+    /// its last reference ([`Context::unexport`]) gives it back to NVIDIA, from any process
+    /// (a persistent pin never dies with the memory, so a cached one would keep freed memory
+    /// alive, and a stale region could serve a later allocation at the same address).
     pub(crate) fn export_range(
         self: &Arc<Self>,
         range: GpuRange,
+        kind: PinKind,
     ) -> Result<(Arc<Region>, GpuRange)> {
-        let region = self.hold_and(range, |inner, region| {
-            region.book.access_mut(inner).exports += 1;
-        })?;
+        let sharing = match kind {
+            PinKind::Callback => Sharing::Cached,
+            PinKind::Persistent => Sharing::Private,
+        };
+        let mut inner = self.inner.lock();
+        let region = self.acquire(&mut inner, range, kind, sharing, Tokens::default())?;
+        region.book.access_mut(&mut inner).exports += 1;
+        inner.trim(&params::limits());
         Ok((region, range))
     }
 

@@ -316,14 +316,23 @@ fn dma_map(ctx: &Context, user: UserSlice) -> Result {
 fn export_dmabuf(ctx: &Arc<Context>, user: UserSlice) -> Result {
     let (mut reader, mut writer) = user.reader_writer();
     let mut e: uapi::ExportDmabuf = read_arg(&mut reader, |e: &uapi::ExportDmabuf| e.size)?;
-    if e.flags != 0 || (e.handle != 0) == (e.va != 0 || e.len != 0) {
+    if e.flags & !uapi::EXPORT_FLAGS != 0 || (e.handle != 0) == (e.va != 0 || e.len != 0) {
         return Err(EINVAL);
     }
+    let persistent = e.flags & uapi::EXPORT_PERSISTENT != 0;
     let fd = FileDescriptorReservation::get_unused_fd_flags(bindings::O_CLOEXEC)?;
     let what = if e.handle != 0 {
-        Window::Handle(e.handle)
+        Window::Handle {
+            handle: e.handle,
+            persistent,
+        }
     } else {
-        Window::Range(GpuRange::new(e.va, e.len, params::max_pin_bytes())?)
+        let range = GpuRange::new(e.va, e.len, params::max_pin_bytes())?;
+        if persistent {
+            Window::Persistent(range)
+        } else {
+            Window::Range(range)
+        }
     };
     let made = Export::create(ctx, what)?;
     e.fd = fd.reserved_fd() as i32;

@@ -7,7 +7,12 @@
 //! region that keeps it pinned and in use for as long as the dma-buf lives, whatever happens to
 //! the handle or the context it came from ([`Context::export`]).
 //!
-//! Importers must take peer-to-peer memory and handle invalidation. Each attaching device gets
+//! Importers must take peer-to-peer memory and handle invalidation, unless the region is a
+//! persistent pin ([`Window::Persistent`], or a handle pinned persistently): NVIDIA never
+//! revokes one, and the dma-buf keeps it pinned until its release, so an importer that cannot
+//! be invalidated (a pinned attachment without `invalidate_mappings`) never meets a
+//! revocation, and cuMemFree under it leaves its DMA reaching the memory the pin still holds.
+//! Each attaching device gets
 //! the region's DMA mapping for it, made at attach (outside the reservation lock, since
 //! nv-p2p takes NVIDIA's lock) and shared with every other user of the region on that device;
 //! `map_dma_buf` only copies its addresses into a table, under the reservation lock.
@@ -31,6 +36,7 @@ use crate::{
     cache::{Context, Notifier, Region},
     dma_buf::{self, Attach, Exported, Exporter, Segment},
     kapi,
+    nv_p2p::{self, PinKind},
     range::GpuRange,
     sys,
 };
@@ -107,17 +113,27 @@ pub(crate) struct Made {
 /// What to export.
 pub(crate) enum Window {
     /// A handle's window. The handle may go afterwards: the dma-buf holds the region itself.
-    Handle(u64),
+    /// With `persistent`, the handle must be pinned persistently (-EINVAL otherwise).
+    Handle { handle: u64, persistent: bool },
     /// A range pinned from the cache for the dma-buf alone (no handle, no event).
     Range(GpuRange),
+    /// A range pinned persistently for the dma-buf alone, never cached: the dma-buf's release
+    /// gives it back (`put_pages_persistent`), from whichever process or thread it runs in.
+    Persistent(GpuRange),
 }
 
 impl Export {
     /// Exports a window of `ctx` as a dma-buf.
     pub(crate) fn create(ctx: &Arc<Context>, what: Window) -> Result<Made> {
         let (region, window) = match what {
-            Window::Handle(handle) => ctx.export(handle)?,
-            Window::Range(range) => ctx.export_range(range)?,
+            Window::Handle { handle, persistent } => ctx.export(handle, persistent)?,
+            Window::Range(range) => ctx.export_range(range, PinKind::Callback)?,
+            Window::Persistent(range) => {
+                if !nv_p2p::PERSISTENT_SUPPORTED {
+                    return Err(sys::eopnotsupp());
+                }
+                ctx.export_range(range, PinKind::Persistent)?
+            }
         };
         let shared = Arc::pin_init(
             pin_init!(ExportState {
@@ -176,8 +192,10 @@ impl Exporter for Export {
 
     fn attach(&self, attach: &Attach<'_>) -> Result<ARef<pci::Device>> {
         // The addresses are PCI BAR pages with no `struct page`, and nothing but a stop can
-        // make an importer give them up.
-        if !attach.peer2peer || !attach.revocable {
+        // make an importer give them up, unless NVIDIA never revokes them: a persistent pin,
+        // which this dma-buf holds for as long as any importer can reach it.
+        let persistent = self.region.pinned().kind() == PinKind::Persistent;
+        if !attach.peer2peer || !(attach.revocable || persistent) {
             return Err(sys::eopnotsupp());
         }
         // nv-p2p maps for PCI functions only.

@@ -52,9 +52,16 @@ EXPORT_SYMBOL_GPL(gdrpeer_mr_unpin);
 struct dma_buf *gdrpeer_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
 				      u64 *offset)
 {
-	return gdrpeer_rs_dmabuf_export(ctx, va, len, offset);
+	return gdrpeer_rs_dmabuf_export(ctx, va, len, 0, offset);
 }
 EXPORT_SYMBOL_GPL(gdrpeer_dmabuf_export);
+
+struct dma_buf *gdrpeer_dmabuf_export_flags(struct gdrpeer_ctx *ctx, u64 va, u64 len,
+					    u32 flags, u64 *offset)
+{
+	return gdrpeer_rs_dmabuf_export(ctx, va, len, flags, offset);
+}
+EXPORT_SYMBOL_GPL(gdrpeer_dmabuf_export_flags);
 
 /*
  * A lockdep class for "inside a peer driver's invalidate callback". The

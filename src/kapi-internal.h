@@ -14,7 +14,7 @@ struct gdrpeer_mr *gdrpeer_rs_mr_pin(struct gdrpeer_ctx *ctx, struct pci_dev *pe
 				     void *data, struct gdrpeer_mr_info *info);
 void gdrpeer_rs_mr_unpin(struct gdrpeer_mr *mr);
 struct dma_buf *gdrpeer_rs_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 len,
-					 u64 *offset);
+					 u32 flags, u64 *offset);
 
 /*
  * The same functions' types, for bindgen: the Rust definitions are assigned to

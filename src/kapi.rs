@@ -243,11 +243,12 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
     ctx: *mut bindings::gdrpeer_ctx,
     va: u64,
     len: u64,
+    flags: u32,
     offset: *mut u64,
 ) -> *mut kernel::bindings::dma_buf {
     might_wait_for_invalidate();
     api_result((|| {
-        if ctx.is_null() || offset.is_null() {
+        if ctx.is_null() || offset.is_null() || flags & !bindings::GDRPEER_DMABUF_FLAGS != 0 {
             return Err(EINVAL);
         }
         // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
@@ -256,7 +257,12 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             return Err(EACCES);
         }
         let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-        let made = Export::create(ctx, Window::Range(range))?;
+        let what = if flags & bindings::GDRPEER_DMABUF_PERSISTENT != 0 {
+            Window::Persistent(range)
+        } else {
+            Window::Range(range)
+        };
+        let made = Export::create(ctx, what)?;
         // SAFETY: `offset` is writable (the function's contract).
         unsafe { offset.write(made.window.offset()) };
         Ok(made.dmabuf.into_raw().cast())

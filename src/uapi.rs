@@ -57,6 +57,10 @@ pub(crate) const PIN_PERSISTENT: u32 = bindings::GDRPEER_PIN_PERSISTENT;
 pub(crate) const PIN_NOCACHE: u32 = bindings::GDRPEER_PIN_NOCACHE;
 /// All pin flags.
 pub(crate) const PIN_FLAGS: u32 = bindings::GDRPEER_PIN_FLAGS;
+/// EXPORT_DMABUF flag: a persistent pin that the dma-buf owns (`GDRPEER_EXPORT_PERSISTENT`).
+pub(crate) const EXPORT_PERSISTENT: u32 = bindings::GDRPEER_EXPORT_PERSISTENT;
+/// All EXPORT_DMABUF flags.
+pub(crate) const EXPORT_FLAGS: u32 = bindings::GDRPEER_EXPORT_FLAGS;
 /// `GDRPEER_STATE_VALID`.
 pub(crate) const STATE_VALID: u32 = bindings::GDRPEER_STATE_VALID;
 /// `GDRPEER_STATE_REVOKED`.

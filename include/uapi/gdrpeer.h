@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 4
+#define GDRPEER_ABI_MINOR 5
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -222,13 +222,32 @@ struct gdrpeer_event {
  * with -EOPNOTSUPP. No CPU access through the dma-buf (mmap it through
  * /dev/gdrpeer instead).
  *
- * Errors: as PIN for va and len; -EINVAL flags or pad not 0, both or
- * neither of handle and va/len, an unknown handle; -ENXIO memory the driver
- * freed already; -EMFILE no descriptor left.
+ * Since ABI 1.5, GDRPEER_EXPORT_PERSISTENT exports [va, va + len) backed
+ * by a persistent pin of its own, never cached, which the dma-buf holds until
+ * its last reference goes and then gives back: the driver never revokes it,
+ * and the memory stays valid after cuMemFree until then. With a handle, the
+ * flag asks that the handle be pinned with GDRPEER_PIN_PERSISTENT (its
+ * region, shared with the cache, then goes back as the cache's do). Such a
+ * dma-buf also accepts importers that cannot be invalidated (a pinned
+ * attachment without invalidate_mappings, as ib_umem_dmabuf_get_pinned()
+ * makes for efa, mana, bnxt_re, ionic and mlx5 DEVX). Where the driver
+ * refuses persistent pins (MIG, vGPU, confidential computing, or a driver
+ * without the persistent API) the export fails with -EOPNOTSUPP.
+ *
+ * Errors: as PIN for va and len; -EINVAL unknown flags, both or neither of
+ * handle and va/len, GDRPEER_EXPORT_PERSISTENT with a handle not pinned
+ * persistently, an unknown handle; -ENXIO memory the driver freed already;
+ * -EOPNOTSUPP a persistent pin the driver refuses; -EMFILE no descriptor
+ * left.
  */
+
+/* EXPORT_DMABUF flags (ABI 1.5). */
+#define GDRPEER_EXPORT_PERSISTENT (1U << 0)	/* a persistent pin the dma-buf owns */
+#define GDRPEER_EXPORT_FLAGS GDRPEER_EXPORT_PERSISTENT
+
 struct gdrpeer_export_dmabuf {
 	__u32 size;		/* in: sizeof(struct gdrpeer_export_dmabuf) */
-	__u32 flags;		/* in: 0 */
+	__u32 flags;		/* in: GDRPEER_EXPORT_*, or 0 */
 	__u64 handle;		/* in: a handle, or 0 */
 	__u64 va;		/* in: with handle 0: GPU virtual address, any alignment */
 	__u64 len;		/* in: with handle 0: bytes */

@@ -14,7 +14,9 @@
  * like an RDMA verbs context; registrations are gdrpeer_mr's, or dma-buf
  * imports (REG_DMABUF) made as drivers/infiniband/core/umem_dmabuf.c makes
  * them for ibv_reg_dmabuf_mr(): a dynamic attachment with peer2peer and an
- * invalidate op, or a pinned one (dma_buf_pin) with the same op.
+ * invalidate op, a pinned one (dma_buf_pin) with the same op, or a pinned
+ * one without it (ib_umem_dmabuf_get_pinned(), GDRNIC_DMABUF_PINNED_NOREVOKE),
+ * which only a persistent export accepts.
  *
  * Locks, in the order they are taken:
  *
@@ -219,6 +221,11 @@ static const struct dma_buf_attach_ops gdrnic_dmabuf_no_p2p_ops = {
 	.invalidate_mappings = gdrnic_dmabuf_invalidate,
 };
 
+/*
+ * Without an invalidate op: a pinned import with these ops is
+ * ib_umem_dmabuf_get_pinned()'s (ib_umem_dmabuf_attach_pinned_ops), which
+ * gdrpeer refuses unless the dma-buf is a persistent export.
+ */
 static const struct dma_buf_attach_ops gdrnic_dmabuf_no_invalidate_ops = {
 	.allow_peer2peer = true,
 };
@@ -385,6 +392,8 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 		return -EFAULT;
 	if ((a.flags & ~GDRNIC_DMABUF_FLAGS) || !a.len)
 		return -EINVAL;
+	if ((a.flags & GDRNIC_DMABUF_KAPI_PERSISTENT) && !(a.flags & GDRNIC_DMABUF_KAPI))
+		return -EINVAL;
 	if (a.flags & GDRNIC_DMABUF_NO_P2P)
 		ops = &gdrnic_dmabuf_no_p2p_ops;
 	else if (a.flags & GDRNIC_DMABUF_NO_INVALIDATE)
@@ -397,7 +406,10 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 		return ret;
 	if (a.flags & GDRNIC_DMABUF_KAPI) {
 		/* An in-kernel exporter's user: the va of this process, as REG. */
-		dmabuf = gdrpeer_dmabuf_export(f->ctx, a.offset, a.len, &offset);
+		u32 flags = a.flags & GDRNIC_DMABUF_KAPI_PERSISTENT ?
+			    GDRPEER_DMABUF_PERSISTENT : 0;
+
+		dmabuf = gdrpeer_dmabuf_export_flags(f->ctx, a.offset, a.len, flags, &offset);
 	} else {
 		dmabuf = dma_buf_get(a.fd);
 		offset = a.offset;
@@ -1132,7 +1144,11 @@ static void gdrnic_fuzz_export(struct gdrnic_fuzz *s, int c, bool null)
 		op = GDRNIC_FUZZ_EXPORT_FOREIGN;
 		allowed = O(EACCES) | (c == C_WINDOW ? 0 : O(EINVAL));
 	}
-	buf = gdrpeer_dmabuf_export(ctx, va, len, offp);
+	/* A third are persistent exports: the same outcomes (nvsim takes persistent pins). */
+	if (gdrnic_fuzz_below(s, 3))
+		buf = gdrpeer_dmabuf_export(ctx, va, len, offp);
+	else
+		buf = gdrpeer_dmabuf_export_flags(ctx, va, len, GDRPEER_DMABUF_PERSISTENT, offp);
 	ret = PTR_ERR_OR_ZERO(buf);
 	gdrnic_fuzz_check(s, op, ret, allowed);
 	if (!ret)

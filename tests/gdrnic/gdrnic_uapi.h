@@ -10,8 +10,10 @@
  *
  * A registration may also be a dma-buf import (REG_DMABUF), made exactly as
  * the RDMA core's ib_umem_dmabuf makes one for ibv_reg_dmabuf_mr(): a
- * dynamic attachment that allows peer-to-peer and takes invalidations, or a
- * pinned one with an invalidate op (GDRNIC_DMABUF_PINNED). A dynamic import
+ * dynamic attachment that allows peer-to-peer and takes invalidations, a
+ * pinned one with an invalidate op (GDRNIC_DMABUF_PINNED), or a pinned one
+ * that cannot be invalidated (GDRNIC_DMABUF_PINNED_NOREVOKE, the import of
+ * ib_umem_dmabuf_get_pinned(): efa, mana, bnxt_re, ionic). A dynamic import
  * maps the dma-buf on the first transfer after each invalidation, under the
  * reservation lock, which every chunk of a transfer holds: once an
  * invalidation has run, no DMA uses the old addresses.
@@ -20,7 +22,9 @@
  * -ENOENT unknown handle; -ENXIO the GPU memory was freed (the registration
  * was invalidated); -EACCES registering from a process other than the one
  * that opened the file; -EFAULT bad user pointers; -ETIMEDOUT the DMA engine
- * did not finish; -ENODEV the device is gone. gdrpeer's errors pass through.
+ * did not finish; -ENODEV the device is gone. gdrpeer's errors pass through
+ * (REG_DMABUF: -EOPNOTSUPP an importer the dma-buf refuses, -ENXIO memory
+ * freed under a revocable export).
  */
 #ifndef _UAPI_GDRNIC_H_
 #define _UAPI_GDRNIC_H_
@@ -56,10 +60,18 @@ struct gdrnic_xfer_args {
 /* REG_DMABUF flags. */
 #define GDRNIC_DMABUF_PINNED		(1U << 0)	/* dma_buf_pin(), revocable */
 #define GDRNIC_DMABUF_KAPI		(1U << 1)	/* export va/len with gdrpeer_dmabuf_export() */
-/* Importers gdrpeer must refuse (tests): */
-#define GDRNIC_DMABUF_NO_P2P		(1U << 2)	/* allow_peer2peer false */
+/* Importers gdrpeer must refuse, unless the dma-buf is a persistent export: */
+#define GDRNIC_DMABUF_NO_P2P		(1U << 2)	/* allow_peer2peer false (always refused) */
 #define GDRNIC_DMABUF_NO_INVALIDATE	(1U << 3)	/* no invalidate_mappings op */
-#define GDRNIC_DMABUF_FLAGS		0xf
+/* With KAPI: gdrpeer_dmabuf_export_flags(GDRPEER_DMABUF_PERSISTENT). */
+#define GDRNIC_DMABUF_KAPI_PERSISTENT	(1U << 4)
+#define GDRNIC_DMABUF_FLAGS		0x1f
+/*
+ * ib_umem_dmabuf_get_pinned(): dma_buf_dynamic_attach() with importer ops
+ * that allow peer-to-peer and have no invalidate_mappings, dma_buf_pin(),
+ * mapped at registration, never revoked. Only a persistent export takes it.
+ */
+#define GDRNIC_DMABUF_PINNED_NOREVOKE	(GDRNIC_DMABUF_PINNED | GDRNIC_DMABUF_NO_INVALIDATE)
 
 struct gdrnic_dmabuf_args {
 	__s32 fd;		/* in: a dma-buf (not with GDRNIC_DMABUF_KAPI) */

@@ -384,6 +384,12 @@ static DEFINE_SPINLOCK(nvsim_calls_lock);
  * can come in between; calls_delayed counts the calls asleep there.
  */
 static u32 put_pages_delay_us, dma_map_delay_us;
+
+/*
+ * debugfs refuse_persistent: get_pages_persistent fails with -ENOTSUPP, as
+ * the driver refuses persistent pins on MIG, vGPU and confidential computing.
+ */
+static bool refuse_persistent;
 static atomic_t calls_delayed = ATOMIC_INIT(0);
 
 /* Fault injection: fail the next `times` calls (or `percent`% of calls). */
@@ -1123,6 +1129,8 @@ static int nvsim_pin_step1(u64 p2p_token, u32 va_space, u64 va, u64 len, bool pe
 		return ret;
 	if (!gpu.pdev)
 		return -ENODEV;
+	if (persistent && READ_ONCE(refuse_persistent))
+		return -ENOTSUPP;
 
 	if (p2p_token)
 		s = nvsim_space_by_token(p2p_token, va_space);
@@ -2578,6 +2586,7 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("free", 0200, nvsim_debugfs, NULL, &nvsim_free_fops);
 	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);
 	debugfs_create_u32("unmap_delay_us", 0600, nvsim_debugfs, &unmap_delay_us);
+	debugfs_create_bool("refuse_persistent", 0600, nvsim_debugfs, &refuse_persistent);
 	debugfs_create_u32("put_pages_delay_us", 0600, nvsim_debugfs, &put_pages_delay_us);
 	debugfs_create_u32("dma_map_delay_us", 0600, nvsim_debugfs, &dma_map_delay_us);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);

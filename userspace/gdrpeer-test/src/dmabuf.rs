@@ -15,7 +15,8 @@ use crate::helpers::{
 };
 use crate::nic::{
     check_freed, expect_err, nic, nstat, under_way, DmabufMr, Nic, DMABUF_KAPI,
-    DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED,
+    DMABUF_KAPI_PERSISTENT, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED,
+    DMABUF_PINNED_NOREVOKE,
 };
 use crate::proc;
 use crate::sanity::{self, c, cu, DevMem, OWN_ALLOCATION};
@@ -741,6 +742,457 @@ fn export_racing_a_free_queues_no_event() -> TestResult {
     Ok(())
 }
 
+/// gdrpeer's module reference count (`/sys/module/gdrpeer/refcnt`): while it is above zero
+/// the module cannot be unloaded (delete_module: "module is in use").
+fn module_refs() -> Result<u64, String> {
+    let path = "/sys/module/gdrpeer/refcnt";
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    text.trim().parse().map_err(|e| format!("{path}: {e}"))
+}
+
+/// nvsim's persistent pins and BAR1 bytes, and gdrpeer's regions, as they are now.
+fn persistent_held() -> Result<(u64, u64, u64), String> {
+    Ok((
+        stat("persistent_pins_live")?,
+        stat("bar1_used")?,
+        gstat("regions")?,
+    ))
+}
+
+/// A persistent export ([`Device::export_dmabuf_persistent`]) takes every importer that allows
+/// peer-to-peer: the pinned import that cannot be invalidated (`ib_umem_dmabuf_get_pinned`'s,
+/// gdrnic's PINNED_NOREVOKE), the revocable pinned one and the dynamic one, all of one
+/// dma-buf, each moving bytes both ways against cuMemcpy. While the dma-buf lives it holds one
+/// persistent pin of its own (not the cache's: a callback export of the same memory beside it
+/// keeps its own region) and the window's BAR1 pages; a normal export refuses the pinned
+/// import without an invalidate op (EOPNOTSUPP). A handle pinned persistently exports with
+/// the flag too, and a callback pin's handle does not (EINVAL). When the descriptor and the
+/// imports are gone the pin is given back at once, with the /dev/gdrpeer file still open:
+/// no persistent pin, no BAR1 byte and no region is left.
+fn persistent_pinned_import_round_trip() -> TestResult {
+    let size = 4 * K64 as usize;
+    let (m, data) = filled(size, 40)?;
+    let d = dev()?;
+    let n = nic()?;
+    let va = m.p.next_multiple_of(K64) + 100;
+    let len = 2 * K64;
+    let (pins0, bar0, regions0) = persistent_held()?;
+    let buf = ok(
+        d.export_dmabuf_persistent(va, len),
+        "EXPORT_DMABUF (persistent)",
+    )?;
+    check_geometry(&buf, va, len)?;
+    check_descriptor(&buf)?;
+    let pages = buf.page_count as u64;
+    check_eq!(
+        persistent_held()?,
+        (pins0 + 1, bar0 + pages * K64, regions0 + 1),
+        "persistent pins, BAR1 bytes and gdrpeer regions with the export live"
+    );
+    let first = va / K64 * K64;
+    let at = (first - m.p) as usize;
+    let window = &data[at..at + (pages * K64) as usize];
+    let mut expect = data.clone();
+    for (i, (flags, what)) in [
+        (DMABUF_PINNED_NOREVOKE, "pinned, no invalidate op"),
+        (DMABUF_PINNED, "pinned, revocable"),
+        (0, "dynamic"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mr = n
+            .reg_dmabuf(buf.fd.as_raw_fd(), flags, buf.offset, len)
+            .map_err(|e| format!("{what} import of the persistent export: {e}"))?;
+        if i == 0 {
+            check_segments(&n, &mr, first, pages, window)?;
+        }
+        let off = 1000 + i as u64 * 20000;
+        let sent = n.send(mr.handle, off, 5000).map_err(errno)?;
+        let from = (va + off - m.p) as usize;
+        same_bytes(&sent, &expect[from..from + 5000], &format!("{what}: sent"))?;
+        let reply = pattern(41 + i as u8, 3000);
+        n.recv(mr.handle, off, &reply).map_err(errno)?;
+        expect[from..from + reply.len()].copy_from_slice(&reply);
+        same_bytes(
+            &dtoh(&m, size)?,
+            &expect,
+            &format!("{what}: cuMemcpyDtoH after the receive"),
+        )?;
+        n.dereg(mr.handle).map_err(errno)?;
+    }
+    // The NIC holds the pinned import without an invalidate op, and the dma-buf holds the pin.
+    let held = n
+        .reg_dmabuf(buf.fd.as_raw_fd(), DMABUF_PINNED_NOREVOKE, buf.offset, len)
+        .map_err(errno)?;
+
+    // A normal export of the same memory: its own callback pin (the cache's), the same BAR1
+    // pages; it refuses the import without an invalidate op.
+    let normal = ok(d.export_dmabuf_range(va, len), "EXPORT_DMABUF")?;
+    check_eq!(
+        (stat("pins_live")?, stat("bar1_used")?),
+        (1, bar0 + pages * K64),
+        "callback pins and BAR1 bytes beside the persistent export"
+    );
+    expect_err(
+        n.reg_dmabuf(
+            normal.fd.as_raw_fd(),
+            DMABUF_PINNED_NOREVOKE,
+            normal.offset,
+            len,
+        ),
+        Errno::OPNOTSUPP,
+        "pinned import without an invalidate op of a normal export",
+    )?;
+    expect_err(
+        n.reg_dmabuf(-1, DMABUF_KAPI | DMABUF_PINNED_NOREVOKE, va, len),
+        Errno::OPNOTSUPP,
+        "pinned import without an invalidate op of a normal kernel-API export",
+    )?;
+    drop(normal);
+
+    // Handles: a persistent pin's exports with the flag, a callback pin's does not.
+    let p = ok(d.pin(va, 100, PinFlags::PERSISTENT), "pin (persistent)")?;
+    let mut e = export_args(p.handle, 0, 0);
+    e.flags = uapi::EXPORT_PERSISTENT;
+    let hbuf = raw_export(d.as_fd(), e).map_err(errno)?;
+    // SAFETY: the descriptor the module just installed; closed once, when `hbuf` goes.
+    let hfd = unsafe { <rustix::fd::OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(hbuf.fd) };
+    let hmr = n
+        .reg_dmabuf(hfd.as_raw_fd(), DMABUF_PINNED_NOREVOKE, hbuf.offset, 100)
+        .map_err(|e| format!("pinned import of a persistent handle's export: {e}"))?;
+    let from = (va - m.p) as usize;
+    same_bytes(
+        &n.send(hmr.handle, 0, 100).map_err(errno)?,
+        &expect[from..from + 100],
+        "sent through the persistent handle's export",
+    )?;
+    n.dereg(hmr.handle).map_err(errno)?;
+    drop(hfd);
+    ok(d.unpin(p.handle), "unpin")?;
+    let cb = ok(d.pin(va, 100, PinFlags::empty()), "pin")?;
+    let mut e = export_args(cb.handle, 0, 0);
+    e.flags = uapi::EXPORT_PERSISTENT;
+    check_eq!(
+        export_errno(d.as_fd(), e, "persistent export of a callback pin's handle")?,
+        Errno::INVAL,
+        "persistent export of a callback pin's handle"
+    );
+    ok(d.unpin(cb.handle), "unpin")?;
+    // Released: the import, then the descriptor, both files open (the callback regions of
+    // the normal exports stay in their caches).
+    check_eq!(
+        stat("persistent_pins_live")?,
+        pins0 + 1,
+        "persistent pins with only the import holding the dma-buf"
+    );
+    n.dereg(held.handle).map_err(errno)?;
+    check_eq!(
+        stat("persistent_pins_live")?,
+        pins0 + 1,
+        "persistent pins with only the descriptor holding the dma-buf"
+    );
+    let regions = gstat("regions")?;
+    drop(buf);
+    eventually(5, "the persistent pin given back, the files open", || {
+        Ok(stat("persistent_pins_live")? == pins0 && gstat("regions")? == regions - 1)
+    })?;
+    drop(d);
+    drop(n);
+    eventually(5, "every pin given back, the files closed", || {
+        Ok(persistent_held()? == (pins0, bar0, regions0) && stat("pins_live")? == 0)
+    })
+    .map_err(|e| format!("{e}: {:?}", persistent_held()))
+}
+
+/// The NIC's own persistent export through the kernel API
+/// (`gdrpeer_dmabuf_export_flags(GDRPEER_DMABUF_PERSISTENT)`) with the pinned import that cannot
+/// be invalidated: bytes both ways, one persistent pin while it lives, none after the
+/// deregistration (the NIC's file, a gdrpeer context, still open).
+fn persistent_kapi_pinned_import() -> TestResult {
+    let size = 2 * K64 as usize;
+    let (m, data) = filled(size, 45)?;
+    let n = nic()?;
+    let pins0 = stat("persistent_pins_live")?;
+    let va = m.p + 300;
+    let mr = n
+        .reg_dmabuf(
+            -1,
+            DMABUF_KAPI | DMABUF_KAPI_PERSISTENT | DMABUF_PINNED_NOREVOKE,
+            va,
+            K64,
+        )
+        .map_err(|e| format!("REG_DMABUF (persistent kernel API export): {e}"))?;
+    check_eq!(
+        stat("persistent_pins_live")?,
+        pins0 + 1,
+        "persistent pins with the import"
+    );
+    same_bytes(
+        &n.send(mr.handle, 0, 4000).map_err(errno)?,
+        &data[300..4300],
+        "sent",
+    )?;
+    let reply = pattern(46, 2000);
+    n.recv(mr.handle, 5000, &reply).map_err(errno)?;
+    let mut expect = data;
+    expect[5300..7300].copy_from_slice(&reply);
+    same_bytes(&dtoh(&m, size)?, &expect, "cuMemcpyDtoH after the receive")?;
+    expect_err(
+        n.reg_dmabuf(-1, DMABUF_KAPI_PERSISTENT, va, K64),
+        Errno::INVAL,
+        "KAPI_PERSISTENT without KAPI",
+    )?;
+    n.dereg(mr.handle).map_err(errno)?;
+    eventually(5, "the persistent pin given back", || {
+        Ok(stat("persistent_pins_live")? == pins0)
+    })
+}
+
+/// cuMemFree under a persistent export leaves the importers' DMA reaching valid memory: the
+/// /dev/gdrpeer file closed, the dma-buf held by a pinned import without an invalidate op and a
+/// dynamic one, the memory (an allocation of its own) freed: no importer is invalidated, no
+/// callback comes, both send what was there before the free and receive into it, and no byte
+/// lands in freed memory (nvsim's `freed_page_writes`). Releasing the dma-buf gives the pin
+/// back, and only then are the pages freed (nvsim's GPU pages back to what they were).
+fn persistent_survives_free() -> TestResult {
+    let size = nvsim::POOL_BLOCK as usize;
+    let pages0 = stat("gpu_pages_used")?;
+    let (mut m, data) = filled(size, 47)?;
+    let len = 3 * K64;
+    let buf = ok(
+        dev()?.export_dmabuf_persistent(m.p + 64, len - 64),
+        "EXPORT_DMABUF (persistent)",
+    )?;
+    let n = nic()?;
+    let fd = buf.fd.as_raw_fd();
+    let pinned = n
+        .reg_dmabuf(fd, DMABUF_PINNED_NOREVOKE, 0, len)
+        .map_err(errno)?;
+    let dynamic = n.reg_dmabuf(fd, 0, 0, len).map_err(errno)?;
+    let (invalidations, callbacks, writes) = (
+        nstat("dmabuf_invalidations")?,
+        stat("callbacks_fired")?,
+        stat("freed_page_writes")?,
+    );
+    m.free()?;
+    check_eq!(
+        (
+            nstat("dmabuf_invalidations")? - invalidations,
+            stat("callbacks_fired")? - callbacks
+        ),
+        (0, 0),
+        "importers invalidated and callbacks fired by cuMemFree"
+    );
+    let mut expect = data[..len as usize].to_vec();
+    for (i, (mr, what)) in [(pinned, "pinned"), (dynamic, "dynamic")]
+        .into_iter()
+        .enumerate()
+    {
+        let off = 1000 + i as u64 * K64;
+        let sent = n
+            .send(mr.handle, off, 9000)
+            .map_err(|e| format!("send through the {what} import after cuMemFree: {e}"))?;
+        let at = off as usize;
+        same_bytes(
+            &sent,
+            &expect[at..at + 9000],
+            &format!("{what}: bytes sent after cuMemFree"),
+        )?;
+        let reply = pattern(48 + i as u8, 7000);
+        n.recv(mr.handle, off + 2000, &reply)
+            .map_err(|e| format!("receive through the {what} import after cuMemFree: {e}"))?;
+        expect[at + 2000..at + 9000].copy_from_slice(&reply);
+        same_bytes(
+            &n.send(mr.handle, off + 2000, 7000).map_err(errno)?,
+            &reply,
+            &format!("{what}: received bytes sent back after cuMemFree"),
+        )?;
+    }
+    // A new pinned import after the free: the memory is still the dma-buf's.
+    let late = n
+        .reg_dmabuf(fd, DMABUF_PINNED_NOREVOKE, 0, len)
+        .map_err(|e| format!("pinned import after cuMemFree: {e}"))?;
+    same_bytes(
+        &n.send(late.handle, 0, 2000).map_err(errno)?,
+        &expect[..2000],
+        "bytes sent through an import made after cuMemFree",
+    )?;
+    check_freed()?;
+    check_eq!(
+        stat("freed_page_writes")? - writes,
+        0,
+        "GPU pages written after the free"
+    );
+    check!(
+        stat("gpu_pages_used")? > pages0,
+        "the freed allocation's pages went while the persistent pin held them"
+    );
+    for mr in [pinned, dynamic, late] {
+        n.dereg(mr.handle).map_err(errno)?;
+    }
+    drop(buf);
+    eventually(
+        5,
+        "the persistent pin given back and its pages freed",
+        || {
+            Ok(stat("persistent_pins_live")? == 0
+                && gstat("regions")? == 0
+                && stat("gpu_pages_used")? == pages0)
+        },
+    )?;
+    // The edu engine takes 100 ms a DMA: a stray one would have landed by now.
+    thread::sleep(Duration::from_millis(300));
+    check_freed()?;
+    check_eq!(
+        stat("freed_page_writes")? - writes,
+        0,
+        "GPU pages written after the release"
+    );
+    Ok(())
+}
+
+/// A persistent export outlives its /dev/gdrpeer file and its process's hold on it: with the
+/// file closed the dma-buf keeps gdrpeer loaded (its module reference count stays above what
+/// it was: delete_module refuses a module in use); a forked child that inherited the descriptor
+/// imports it (pinned, no invalidate op) and moves bytes after the parent closed its
+/// descriptor, so that the child's deregistration releases the dma-buf and gives the pin back
+/// from the child (a persistent pin may be put from any process); a forked child cannot export
+/// from the parent's file (EACCES). Afterwards no pin, region or module reference is left.
+fn persistent_fork_close_and_unload() -> TestResult {
+    let (m, data) = filled(2 * K64 as usize, 50)?;
+    let n = nic()?;
+    let refs0 = module_refs()?;
+    let wrong0 = stat("put_pages_wrong_process")?;
+    let d = dev()?;
+    let buf = ok(
+        d.export_dmabuf_persistent(m.p, K64),
+        "EXPORT_DMABUF (persistent)",
+    )?;
+    let mut e = export_args(0, m.p, K64);
+    e.flags = uapi::EXPORT_PERSISTENT;
+    check_eq!(
+        in_child(|| export_errno(d.as_fd(), e, "child's persistent EXPORT_DMABUF"))?,
+        Errno::ACCESS,
+        "persistent EXPORT_DMABUF in a forked child"
+    );
+    drop(d);
+    check!(
+        module_refs()? > refs0,
+        "gdrpeer's module references with the file closed and the export live: {} (before: \
+         {refs0})",
+        module_refs()?
+    );
+    let rmmod = std::process::Command::new("rmmod")
+        .arg("gdrpeer")
+        .output()
+        .map_err(|e| e.to_string())?;
+    check!(
+        !rmmod.status.success(),
+        "rmmod gdrpeer succeeded with a persistent export live"
+    );
+    let (go, wait_go) = proc::unix_pair()?;
+    let reply = pattern(51, 3000);
+    let child = proc::fork(|| {
+        // Waits until the parent has closed its descriptor: this one is the last.
+        proc::recv_fd(wait_go.as_fd())?;
+        let n = nic()?;
+        let mr = n
+            .reg_dmabuf(buf.fd.as_raw_fd(), DMABUF_PINNED_NOREVOKE, 0, K64)
+            .map_err(|e| format!("child's pinned import: {e}"))?;
+        same_bytes(
+            &n.send(mr.handle, 100, 4000).map_err(errno)?,
+            &data[100..4100],
+            "bytes the child sent",
+        )?;
+        n.recv(mr.handle, 8000, &reply).map_err(errno)?;
+        n.dereg(mr.handle).map_err(errno)
+    })?;
+    let token = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(errno)?;
+    drop(buf);
+    check_eq!(
+        stat("persistent_pins_live")?,
+        1,
+        "persistent pins with only the child's descriptor"
+    );
+    proc::send_fd(go.as_fd(), token.as_fd())?;
+    proc::wait(child)?;
+    drop(n);
+    eventually(5, "the persistent pin given back by the child", || {
+        Ok(stat("persistent_pins_live")? == 0 && gstat("regions")? == 0)
+    })?;
+    check_eq!(
+        stat("put_pages_wrong_process")?,
+        wrong0,
+        "put_pages from the wrong process"
+    );
+    let mut expect = data;
+    expect[8000..8000 + reply.len()].copy_from_slice(&reply);
+    same_bytes(
+        &dtoh(&m, 2 * K64 as usize)?,
+        &expect,
+        "cuMemcpyDtoH after the child's receive",
+    )?;
+    eventually(5, "gdrpeer's module references back", || {
+        Ok(module_refs()? == refs0)
+    })
+}
+
+/// Where the driver refuses persistent pins (MIG, vGPU: nvsim's `refuse_persistent`), a
+/// persistent export fails with EOPNOTSUPP, from /dev/gdrpeer and through the kernel API,
+/// leaving no descriptor, pin or region behind; a normal export of the same memory still
+/// works.
+fn persistent_refused_by_driver() -> TestResult {
+    let (m, data) = filled(K64 as usize, 52)?;
+    let d = dev()?;
+    let n = nic()?;
+    let fds = open_fds()?;
+    let (pins0, regions0) = (stat("persistent_pins_live")?, gstat("regions")?);
+    nvsim::testing::debugfs("refuse_persistent", "Y")?;
+    let r = (|| -> TestResult {
+        check_eq!(
+            fails(
+                d.export_dmabuf_persistent(m.p, K64),
+                "EXPORT_DMABUF (persistent) refused by the driver"
+            )?,
+            Errno::OPNOTSUPP,
+            "persistent EXPORT_DMABUF the driver refuses"
+        );
+        expect_err(
+            n.reg_dmabuf(
+                -1,
+                DMABUF_KAPI | DMABUF_KAPI_PERSISTENT | DMABUF_PINNED_NOREVOKE,
+                m.p,
+                K64,
+            ),
+            Errno::OPNOTSUPP,
+            "persistent kernel-API export the driver refuses",
+        )?;
+        check_eq!(open_fds()?, fds, "descriptors after the refusals");
+        check_eq!(
+            (stat("persistent_pins_live")?, gstat("regions")?),
+            (pins0, regions0),
+            "persistent pins and regions after the refusals"
+        );
+        Ok(())
+    })();
+    nvsim::testing::debugfs("refuse_persistent", "N")?;
+    r?;
+    let buf = ok(d.export_dmabuf_range(m.p, K64), "EXPORT_DMABUF")?;
+    let mr = n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
+    same_bytes(
+        &n.send(mr.handle, 0, 100).map_err(errno)?,
+        &data[..100],
+        "bytes through a normal export after the refusal",
+    )?;
+    n.dereg(mr.handle).map_err(errno)
+}
+
 /// EXPORT_DMABUF issued raw on `fd`: the argument as the module wrote it back, or the errno.
 pub fn raw_export(
     fd: BorrowedFd<'_>,
@@ -803,12 +1255,26 @@ fn export_bad_input() -> TestResult {
     let pins = stat("get_pages_calls")?;
     let max = param("max_pin_bytes")?;
     let h = p.handle;
-    let einval: [(&str, uapi::ExportDmabuf); 10] = [
+    let einval: [(&str, uapi::ExportDmabuf); 12] = [
         (
-            "flags 1",
+            "flags 1 (persistent) with a callback pin's handle",
             uapi::ExportDmabuf {
-                flags: 1,
+                flags: uapi::EXPORT_PERSISTENT,
                 ..export_args(h, 0, 0)
+            },
+        ),
+        (
+            "flags 2",
+            uapi::ExportDmabuf {
+                flags: 2,
+                ..export_args(0, m.p, K64)
+            },
+        ),
+        (
+            "flags 3",
+            uapi::ExportDmabuf {
+                flags: 3,
+                ..export_args(0, m.p, K64)
             },
         ),
         (
@@ -969,6 +1435,26 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-dmabuf-export-racing-a-free-queues-no-event",
         export_racing_a_free_queues_no_event,
+    ),
+    (
+        "gdrpeer-dmabuf-persistent-pinned-import-round-trip",
+        persistent_pinned_import_round_trip,
+    ),
+    (
+        "gdrpeer-dmabuf-persistent-kapi-pinned-import",
+        persistent_kapi_pinned_import,
+    ),
+    (
+        "gdrpeer-dmabuf-persistent-survives-free",
+        persistent_survives_free,
+    ),
+    (
+        "gdrpeer-dmabuf-persistent-fork-close-and-unload",
+        persistent_fork_close_and_unload,
+    ),
+    (
+        "gdrpeer-dmabuf-persistent-refused-by-driver",
+        persistent_refused_by_driver,
     ),
     // Last: a step whose free hangs leaves a process holding gdrpeer.
     (

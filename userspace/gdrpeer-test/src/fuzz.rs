@@ -36,9 +36,10 @@
 //! and not). The dma-bufs it makes are kept, a few at a time, and fuzzed in turn: the
 //! dma-buf core's ioctls (SYNC with any flags, SET_NAME), mmaps (which must fail: gdrpeer's
 //! dma-bufs have no CPU mapping), imports into the sample NIC where `/dev/gdrnic` exists
-//! (every flag, any offset and length, the NIC's own exports through the kernel API, and a
-//! transfer now and then), and closes, while GPU memory is freed under them. Every dma-buf
-//! must be gone at the end.
+//! (every flag, any offset and length, the NIC's own exports through the kernel API, persistent
+//! exports (GDRPEER_EXPORT_PERSISTENT, GDRNIC_DMABUF_KAPI_PERSISTENT) and the pinned import
+//! that cannot be invalidated, and a transfer now and then), and closes, while GPU memory is
+//! freed under them. Every dma-buf must be gone at the end.
 //!
 //! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
@@ -293,9 +294,14 @@ impl Fuzzer {
             words[1] = handle;
         }
         if cmd == uapi::IOCTL_EXPORT_DMABUF && rng.bool() {
-            // What succeeds, mostly: the right size, no flags, a handle alone or a range in
-            // GPU memory alone.
-            words[0] = u64::from(size_field);
+            // What succeeds, mostly: the right size, no flags or GDRPEER_EXPORT_PERSISTENT (a
+            // persistent pin the dma-buf owns), a handle alone or a range in GPU memory alone.
+            let flags = if rng.u32(0..3) == 0 {
+                uapi::EXPORT_PERSISTENT
+            } else {
+                0
+            };
+            words[0] = u64::from(size_field) | u64::from(flags) << 32;
             match (rng.u32(0..2), gpu) {
                 (0, Some((va, len))) => {
                     words[1] = 0;
@@ -758,9 +764,11 @@ impl Fuzzer {
                 r.err().map_or("success".into(), |e| e.to_string())
             );
         }
-        let mut flags = rng.u32(0..16);
+        // Every flag: the pinned import without an invalidate op (only persistent exports
+        // take it), and the NIC's persistent exports through the kernel API.
+        let mut flags = rng.u32(0..32);
         if rng.u32(0..16) == 0 {
-            flags |= 1 << rng.u32(4..32);
+            flags |= 1 << rng.u32(5..32);
         }
         let (offset, len) = match (flags & nic::DMABUF_KAPI != 0, rng.u32(0..4)) {
             (true, _) => {

@@ -11,8 +11,9 @@ use crate::helpers::{
 };
 use crate::proc;
 pub use nvsim::gdrnic::{
-    nstat, DmabufMr, Mr, Nic, RegArgs, XferArgs, DMABUF_KAPI, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P,
-    DMABUF_PINNED, RECV, SEND, XFER_MAX,
+    nstat, DmabufMr, Mr, Nic, RegArgs, XferArgs, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT,
+    DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE, RECV, SEND,
+    XFER_MAX,
 };
 use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};

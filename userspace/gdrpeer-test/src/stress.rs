@@ -6,10 +6,11 @@
 //! nothing may be left: nvsim's pins, BAR1 bytes and DMA mappings, gdrpeer's regions and
 //! contexts, gdrnic's registrations, and no write into freed GPU memory.
 //!
-//! Threads export windows as dma-bufs (EXPORT_DMABUF, of ranges and of handles), import them
-//! into the sample NIC (dynamic and pinned, and the NIC's own exports through the kernel
-//! API), move bytes through the imports, close the descriptors and drop the imports, in any
-//! order, while the memory is freed under all of it.
+//! Threads export windows as dma-bufs (EXPORT_DMABUF, of ranges and of handles, a third of
+//! the ranges persistent), import them into the sample NIC (dynamic and pinned, the pinned
+//! import without an invalidate op for persistent exports, and the NIC's own exports through
+//! the kernel API, persistent or not), move bytes through the imports, close the descriptors
+//! and drop the imports, in any order, while the memory is freed under all of it.
 //!
 //! Threads also map handles (mmap, touch every page, munmap) while other threads and nvsim
 //! free the memory under them, and read the files' invalidation events (ABI 1.3), on
@@ -24,7 +25,7 @@
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
 use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
-use crate::nic::{Nic, DMABUF_KAPI, DMABUF_PINNED};
+use crate::nic::{Nic, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE};
 use crate::sigbus::{self, Probe, SIGBUS_EXIT};
 use gdrpeer::{gdrdrv::Gdrdrv, uapi, Device, Dmabuf, EventSource, PciAddress, PinFlags};
 use nvsim::testing::{self as harness, debugfs, TestResult};
@@ -303,7 +304,9 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
     let (mut gd_handles, mut gd_pinned, mut gd_reported) = (Vec::new(), Vec::new(), HashSet::new());
     let nic = if sh.nic { Nic::open().ok() } else { None };
     // dma-bufs exported here, and imports kept on `nic` (handle, length).
-    let mut dmabufs: Vec<Dmabuf> = Vec::new();
+    // With each, whether it is a persistent export (which the import without an invalidate
+    // op may take).
+    let mut dmabufs: Vec<(Dmabuf, bool)> = Vec::new();
     let mut imports: Vec<(u32, u64)> = Vec::new();
     for _ in 0..ops {
         let kind = pick(&mut rng);
@@ -404,25 +407,36 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
                 read_events(gd.as_ref().unwrap(), "gdrdrv", &gd_pinned, &mut gd_reported)
             }
             ("export", Some(a), Some(d)) => {
-                let r = if !handles.is_empty() && rng.bool() {
+                let by_handle = !handles.is_empty() && rng.bool();
+                let persistent = !by_handle && rng.u32(0..3) == 0;
+                let r = if by_handle {
                     d.export_dmabuf(handles[rng.usize(0..handles.len())])
                 } else {
                     let (va, len) = window(&mut rng, a);
-                    d.export_dmabuf_range(va, len)
+                    if persistent {
+                        d.export_dmabuf_persistent(va, len)
+                    } else {
+                        d.export_dmabuf_range(va, len)
+                    }
                 };
                 r.map(|b| {
                     if dmabufs.len() >= DMABUFS_HELD {
                         dmabufs.swap_remove(rng.usize(0..dmabufs.len()));
                     }
-                    dmabufs.push(b);
+                    dmabufs.push((b, persistent));
                 })
                 .map_err(errno_of)
             }
             ("import", _, _) if nic.is_some() && !dmabufs.is_empty() => {
-                let b = &dmabufs[rng.usize(0..dmabufs.len())];
+                let (b, persistent) = &dmabufs[rng.usize(0..dmabufs.len())];
                 let offset = rng.u64(0..b.size);
                 let len = rng.u64(1..=(b.size - offset).min(2 * K64));
-                let flags = if rng.bool() { 0 } else { DMABUF_PINNED };
+                let flags = match rng.u32(0..3) {
+                    0 => 0,
+                    // ib_umem_dmabuf_get_pinned's import: a persistent export's only.
+                    1 if *persistent => DMABUF_PINNED_NOREVOKE,
+                    _ => DMABUF_PINNED,
+                };
                 let n = nic.as_ref().unwrap();
                 n.reg_dmabuf(b.fd.as_raw_fd(), flags, offset, len)
                     .and_then(|mr| keep_or_drop(n, &mut imports, mr.handle, len, &mut rng))
@@ -430,7 +444,12 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
             ("kapi_import", Some(a), _) if nic.is_some() => {
                 let (va, len) = window(&mut rng, a);
                 let n = nic.as_ref().unwrap();
-                n.reg_dmabuf(-1, DMABUF_KAPI, va, len)
+                let flags = if rng.u32(0..3) == 0 {
+                    DMABUF_KAPI | DMABUF_KAPI_PERSISTENT | DMABUF_PINNED_NOREVOKE
+                } else {
+                    DMABUF_KAPI
+                };
+                n.reg_dmabuf(-1, flags, va, len)
                     .and_then(|mr| keep_or_drop(n, &mut imports, mr.handle, len, &mut rng))
             }
             ("dmabuf_xfer", _, _) if !imports.is_empty() => {

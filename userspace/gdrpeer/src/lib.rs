@@ -100,6 +100,10 @@ fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
              or a range PIN refuses)"
         }
         (Op::ExportDmabuf, Errno::MFILE) => " (no file descriptor left in this process)",
+        (Op::ExportDmabuf, Errno::OPNOTSUPP) => {
+            " (the driver refuses persistent pins: MIG, vGPU, confidential computing, or no \
+             persistent API)"
+        }
         (Op::GdrdrvMmap, Errno::INVAL) => {
             " (unknown handle, one mapped already or freed, a pin not starting on a 64 KiB \
              page, MAP_PRIVATE, an offset other than the handle's, or past the window)"
@@ -645,6 +649,21 @@ impl Device {
     /// left behind: the dma-buf holds the memory itself.
     pub fn export_dmabuf_range(&self, va: u64, len: u64) -> Result<Dmabuf, Error> {
         self.export(uapi::ExportDmabuf {
+            va,
+            len,
+            ..uapi::ExportDmabuf::new()
+        })
+    }
+
+    /// Exports `[va, va + len)` as [`Device::export_dmabuf_range`] does, backed by a
+    /// persistent pin of its own (module ABI 1.5): the driver never revokes it, the memory
+    /// stays valid after cuMemFree until the dma-buf's last reference goes (which gives the
+    /// pin back), and importers that cannot be invalidated (ib_umem_dmabuf_get_pinned's: efa,
+    /// mana, bnxt_re, ionic, mlx5 DEVX) may attach. EOPNOTSUPP where the driver refuses
+    /// persistent pins (MIG, vGPU).
+    pub fn export_dmabuf_persistent(&self, va: u64, len: u64) -> Result<Dmabuf, Error> {
+        self.export(uapi::ExportDmabuf {
+            flags: uapi::EXPORT_PERSISTENT,
             va,
             len,
             ..uapi::ExportDmabuf::new()

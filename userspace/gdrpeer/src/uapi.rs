@@ -14,7 +14,7 @@ use rustix::ioctl::{opcode, Opcode};
 /// ABI major version this library speaks.
 pub const ABI_MAJOR: u32 = 1;
 /// ABI minor version this library was built for (the header's).
-pub const ABI_MINOR: u32 = 4;
+pub const ABI_MINOR: u32 = 5;
 /// `GDRPEER_ABI_VERSION`.
 pub const ABI_VERSION: u32 = (ABI_MAJOR << 16) | ABI_MINOR;
 /// The oldest minor this library works with: 1.2 has everything but events, whose read
@@ -31,6 +31,12 @@ pub const PIN_PERSISTENT: u32 = 1 << 0;
 pub const PIN_NOCACHE: u32 = 1 << 1;
 /// `GDRPEER_PIN_FLAGS`: every pin flag.
 pub const PIN_FLAGS: u32 = PIN_PERSISTENT | PIN_NOCACHE;
+
+/// `GDRPEER_EXPORT_PERSISTENT` (ABI 1.5): EXPORT_DMABUF of a range backed by a persistent
+/// pin that the dma-buf owns, which also importers that cannot be invalidated may attach.
+pub const EXPORT_PERSISTENT: u32 = 1 << 0;
+/// `GDRPEER_EXPORT_FLAGS`: every EXPORT_DMABUF flag.
+pub const EXPORT_FLAGS: u32 = EXPORT_PERSISTENT;
 
 /// `GDRPEER_MMAP_HANDLE_SHIFT` (ABI 1.2): an mmap offset is the handle shifted
 /// by this, plus the 4 KiB-aligned byte offset in the handle's window.
@@ -226,7 +232,7 @@ pub struct Stats {
 pub struct ExportDmabuf {
     /// In: `size_of::<ExportDmabuf>()`.
     pub size: u32,
-    /// In: 0.
+    /// In: [`EXPORT_PERSISTENT`] or 0.
     pub flags: u32,
     /// In: a handle whose window to export, or 0.
     pub handle: u64,
@@ -333,6 +339,8 @@ mod tests {
             GDRPEER_PIN_PERSISTENT = PIN_PERSISTENT,
             GDRPEER_PIN_NOCACHE = PIN_NOCACHE,
             GDRPEER_PIN_FLAGS = PIN_FLAGS,
+            GDRPEER_EXPORT_PERSISTENT = EXPORT_PERSISTENT,
+            GDRPEER_EXPORT_FLAGS = EXPORT_FLAGS,
             GDRPEER_STATE_VALID = STATE_VALID,
             GDRPEER_STATE_REVOKED = STATE_REVOKED,
             GDRPEER_MMAP_HANDLE_SHIFT = MMAP_HANDLE_SHIFT,

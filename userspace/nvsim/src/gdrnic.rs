@@ -85,8 +85,15 @@ pub const DMABUF_PINNED: u32 = 1 << 0;
 pub const DMABUF_KAPI: u32 = 1 << 1;
 /// `GDRNIC_DMABUF_NO_P2P`: an importer without `allow_peer2peer` (gdrpeer must refuse it).
 pub const DMABUF_NO_P2P: u32 = 1 << 2;
-/// `GDRNIC_DMABUF_NO_INVALIDATE`: an importer without an invalidate op (refused likewise).
+/// `GDRNIC_DMABUF_NO_INVALIDATE`: an importer without an invalidate op (refused likewise,
+/// unless the dma-buf is a persistent export).
 pub const DMABUF_NO_INVALIDATE: u32 = 1 << 3;
+/// `GDRNIC_DMABUF_KAPI_PERSISTENT`: with [`DMABUF_KAPI`], the NIC exports with
+/// `gdrpeer_dmabuf_export_flags(GDRPEER_DMABUF_PERSISTENT)`.
+pub const DMABUF_KAPI_PERSISTENT: u32 = 1 << 4;
+/// `GDRNIC_DMABUF_PINNED_NOREVOKE`: `ib_umem_dmabuf_get_pinned()`'s import, pinned and
+/// without an invalidate op, which only a persistent export takes.
+pub const DMABUF_PINNED_NOREVOKE: u32 = DMABUF_PINNED | DMABUF_NO_INVALIDATE;
 
 const MAGIC: u8 = 0xDD;
 const REG: ioctl::Opcode = ioctl::opcode::read_write::<RegArgs>(MAGIC, 1);

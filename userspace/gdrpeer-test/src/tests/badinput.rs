@@ -383,11 +383,12 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
     });
     c.insert("export-flags", || {
         let s = setup()?;
+        // Bit 1: no flag of ABI 1.5 (bit 0 is GDRPEER_EXPORT_PERSISTENT).
         let e = uapi::ExportDmabuf {
-            flags: 1,
+            flags: 2,
             ..dmabuf::export_args(s.handle, 0, 0)
         };
-        dmabuf::export_errno(s.d.as_fd(), e, "EXPORT_DMABUF with flag 1")
+        dmabuf::export_errno(s.d.as_fd(), e, "EXPORT_DMABUF with flag 2")
     });
     c.insert("export-handle-and-range", || {
         let s = setup()?;
