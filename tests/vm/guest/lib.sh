@@ -93,7 +93,12 @@ t() {
 	IN_TEST=$name SUITE=
 	( "$@" ) &
 	pid=$!
-	( sleep "$TEST_TIMEOUT"; kill -9 $pid 2>/dev/null ) &
+	# A test past its time: the kernel's blocked tasks (sysrq w) go to the log
+	# first, to tell a hang from a slow run.
+	( sleep "$TEST_TIMEOUT"
+	  echo "gdrpeer-test: $name timed out: blocked tasks follow" >/dev/kmsg
+	  echo w >/proc/sysrq-trigger 2>/dev/null
+	  kill -9 $pid 2>/dev/null ) &
 	watchdog=$!
 	wait $pid
 	rc=$?
