@@ -14,8 +14,8 @@ use crate::helpers::{
     p2pclient_addresses, param, pattern, K64,
 };
 use crate::nic::{
-    check_freed, expect_err, nic, nstat, under_way, DmabufMr, Nic, DMABUF_KAPI,
-    DMABUF_KAPI_PERSISTENT, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED,
+    check_freed, expect_err, nic, no_stray_dma_writes, nstat, under_way, DmabufMr, Nic,
+    DMABUF_KAPI, DMABUF_KAPI_PERSISTENT, DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED,
     DMABUF_PINNED_NOREVOKE,
 };
 use crate::proc;
@@ -29,10 +29,7 @@ use rustix::{
     io::Errno,
     ioctl,
 };
-use std::{
-    thread,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 /// How the NIC comes by the dma-buf.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -405,14 +402,7 @@ fn free_mid_transfer(send: bool) -> TestResult {
             &format!("new {what} import after the free"),
         )?;
     }
-    // The edu engine takes 100 ms a DMA: a stray one would have landed by now.
-    thread::sleep(Duration::from_millis(500));
-    check_freed()?;
-    check_eq!(
-        stat("freed_page_writes")? - writes,
-        0,
-        "GPU pages written after the free"
-    );
+    no_stray_dma_writes(writes, 500, "the free")?;
     n.dereg(busy.handle).map_err(errno)?;
     n.dereg(idle.handle).map_err(errno)
 }
@@ -1043,14 +1033,7 @@ fn persistent_survives_free() -> TestResult {
                 && stat("gpu_pages_used")? == pages0)
         },
     )?;
-    // The edu engine takes 100 ms a DMA: a stray one would have landed by now.
-    thread::sleep(Duration::from_millis(300));
-    check_freed()?;
-    check_eq!(
-        stat("freed_page_writes")? - writes,
-        0,
-        "GPU pages written after the release"
-    );
+    no_stray_dma_writes(writes, 300, "the release")?;
     Ok(())
 }
 

@@ -29,6 +29,19 @@ pub fn check_freed() -> TestResult {
     debugfs("check_freed", "1")
 }
 
+/// Waits `ms` for a stray DMA of the edu engine (100 ms each) to land, then checks that no GPU
+/// page was written since `writes` (nvsim's `freed_page_writes` then) `after` what.
+pub fn no_stray_dma_writes(writes: u64, ms: u64, after: &str) -> TestResult {
+    thread::sleep(Duration::from_millis(ms));
+    check_freed()?;
+    check_eq!(
+        stat("freed_page_writes")? - writes,
+        0,
+        format!("GPU pages written after {after}")
+    );
+    Ok(())
+}
+
 /// After each NIC test: no registration left in gdrnic either, and no DMA into freed GPU
 /// memory.
 pub fn nic_released() -> TestResult {
@@ -239,15 +252,7 @@ fn free_during_send() -> TestResult {
 /// freed pages and finds any later write (`freed_page_writes`).
 fn free_during_receive_writes_no_freed_memory() -> TestResult {
     free_mid_transfer(|n, mr| n.recv(mr.handle, 0, &pattern(5, (2 * K64) as usize)))?;
-    // The edu engine takes 100 ms a DMA: a stray one would have landed by now.
-    thread::sleep(Duration::from_millis(500));
-    check_freed()?;
-    check_eq!(
-        stat("freed_page_writes")?,
-        0,
-        "GPU pages written after the invalidate callback returned"
-    );
-    Ok(())
+    no_stray_dma_writes(0, 500, "the invalidate callback returned")
 }
 
 /// A registration that gdrpeer cannot serve (here a page table of a version it does not
