@@ -501,6 +501,20 @@ class PlantedByContentTest(unittest.TestCase):
         self.assertIn("counted 5 new suspected leaks in the planted region, 1 objects listed",
                       unexpected[0][2])
 
+    def test_an_object_kmemleak_withdrew_from_a_whole_listing_is_no_leak(self):
+        # The scans counted 3; by the listing, kmemleak no longer listed one of them.
+        log = region("kmemleak", LEAK_COUNT % 3, PLANTED_LEAK, PLANTED_LEAK,
+                     "gdrpeer-test: kmemleak-listed 2\n")
+        self.assertEqual(report.scan(lines(log)), ([], [], []))
+
+    def test_a_listing_that_lost_objects_on_the_way_to_the_log_fails(self):
+        log = region("kmemleak", LEAK_COUNT % 2, PLANTED_LEAK,
+                     "gdrpeer-test: kmemleak-listed 2\n")
+        unexpected, _, _ = report.scan(lines(log))
+        self.assertEqual([u[1] for u in unexpected], ["kmemleak"])
+        self.assertIn("the guest listed 2 kmemleak objects in the planted region, the log holds 1",
+                      unexpected[0][2])
+
     def test_a_per_cpu_leak_is_a_report(self):
         unexpected, _, _ = report.scan(lines(in_test(PERCPU_LEAK)))
         self.assertEqual([(u[0], u[1]) for u in unexpected], [("t1", "kmemleak")])
