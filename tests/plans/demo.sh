@@ -9,4 +9,6 @@ run_plan() {
 	t demo-mmap-write-read-free demo_mmap
 	t demo-nic-round-trip demo_nic_round_trip
 	t demo-dmabuf-nic-invalidate demo_dmabuf
+	t demo-dmabuf-pinned-survives-cumemfree demo_dmabuf_pinned
+	t demo-doctor demo_doctor
 }

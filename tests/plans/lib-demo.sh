@@ -59,3 +59,24 @@ demo_dmabuf() {
 	cat /sys/kernel/debug/gdrnic/stats
 	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
 }
+
+demo_dmabuf_pinned() {
+	echo "# nvsim, gdrpeer and the sample NIC; the program uses (simulated) libcuda"
+	load $M/nvsim.ko && load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load"
+	gdrpeer-test --demo-dmabuf-pinned || fail "demo"
+	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
+}
+
+# gdrpeer doctor (Documentation/doctor.rst) before gdrpeer is loaded, then with
+# everything loaded: what would stop GPUDirect, each with its fix, then nothing.
+demo_doctor() {
+	echo "# nvsim alone: doctor says what is missing and how to fix it (exit status 1)"
+	load $M/nvsim.ko || fail "nvsim"
+	gdrpeer doctor
+	rc=$?
+	[ "$rc" = 1 ] || fail "doctor's exit status without gdrpeer: $rc, not 1"
+	echo "# gdrpeer and the sample NIC loaded: nothing stops GPUDirect (exit status 0)"
+	load $M/gdrpeer.ko && load $M/gdrnic.ko || fail "load"
+	gdrpeer doctor || fail "doctor's exit status with gdrpeer loaded: $?, not 0"
+	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
+}

@@ -52,6 +52,8 @@ run_plan() {
 	t demo-mmap-write-read-free$S demo_mmap
 	t demo-nic-round-trip$S demo_nic_round_trip
 	t demo-dmabuf-nic-invalidate$S demo_dmabuf
+	t demo-dmabuf-pinned-survives-cumemfree$S demo_dmabuf_pinned
+	t demo-doctor$S demo_doctor
 	t cli-gdrdrv-info$S test_cli_gdrdrv_info
 	t cli-events$S test_cli_events
 	t cli-doctor$S test_cli_doctor "ok    iommu: off: "

@@ -3,7 +3,8 @@
 //! `gdrpeer-test --demo`: the main job told step by step (`make demo`): pin GPU memory, serve
 //! a second request from the cache, let the driver free the memory under the pin, show the
 //! counters. The other demos: the sample NIC's round trip (`--demo-nic`), a CPU mapping
-//! (`--demo-mmap`), and a dma-buf the NIC imports (`--demo-dmabuf`).
+//! (`--demo-mmap`), a dma-buf the NIC imports (`--demo-dmabuf`), and a persistent one that a
+//! NIC which cannot be invalidated imports (`--demo-dmabuf-pinned`).
 
 use crate::helpers::{dev, edu, ok, K64};
 use crate::nic::Nic;
@@ -340,5 +341,97 @@ pub fn dmabuf() -> TestResult {
         "    nvsim: {} writes into freed GPU pages",
         stat("freed_page_writes")?
     );
+    Ok(())
+}
+
+/// `gdrpeer-test --demo-dmabuf-pinned`: an importer that cannot be invalidated (the shape of
+/// ib_umem_dmabuf_get_pinned, as efa, mana or bnxt_re import) is refused a normal export and
+/// takes a persistent one (EXPORT_PERSISTENT); cuMemFree under it invalidates no one, the NIC
+/// still moves the bytes that were there, and the memory goes only when the dma-buf does.
+pub fn dmabuf_pinned() -> TestResult {
+    use crate::nic::DMABUF_PINNED_NOREVOKE;
+    use rustix::fd::AsRawFd;
+    const MSG: &[u8] = b"still here after cuMemFree: the dma-buf holds a persistent pin";
+    crate::sanity::load()?;
+    let cu = crate::sanity::cu();
+    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
+    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
+    let size = nvsim::POOL_BLOCK as usize;
+    let p = cu.mem_alloc(size).map_err(cuda)?;
+    cu.copy_to_device(p + K64, MSG).map_err(cuda)?;
+    println!("    buffer {p:#x}; message at + {K64:#x}");
+    let d = dev()?;
+    let n = Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?;
+
+    println!("# a normal export: the NIC's pinned import without an invalidate op is refused");
+    let normal = ok(d.export_dmabuf_range(p, 4 * K64), "export")?;
+    match n.reg_dmabuf(normal.fd.as_raw_fd(), DMABUF_PINNED_NOREVOKE, 0, 4 * K64) {
+        Ok(_) => return Err("a normal export took an importer that cannot be invalidated".into()),
+        Err(e) => println!("    REG_DMABUF (pinned, no invalidate op): {e}"),
+    }
+    drop(normal);
+
+    println!("# EXPORT_DMABUF with EXPORT_PERSISTENT: the dma-buf owns a persistent pin");
+    let pins0 = stat("persistent_pins_live")?;
+    let buf = ok(d.export_dmabuf_persistent(p, 4 * K64), "persistent export")?;
+    println!(
+        "    fd {}: {} pages, {} KiB; nvsim: {} persistent pin(s)",
+        buf.fd.as_raw_fd(),
+        buf.page_count,
+        buf.size >> 10,
+        stat("persistent_pins_live")? - pins0
+    );
+    drop(d);
+    let mr = n
+        .reg_dmabuf(buf.fd.as_raw_fd(), DMABUF_PINNED_NOREVOKE, 0, 4 * K64)
+        .map_err(errno)?;
+    println!(
+        "    the NIC's pinned import: registration {}, {} DMA segment(s)",
+        mr.handle, mr.nents
+    );
+
+    println!("# cuMemFree while the NIC holds it: no callback, no invalidation");
+    let (inval, callbacks, writes) = (
+        crate::nic::nstat("dmabuf_invalidations")?,
+        stat("callbacks_fired")?,
+        stat("freed_page_writes")?,
+    );
+    cu.mem_free(p).map_err(cuda)?;
+    let (inval, callbacks) = (
+        crate::nic::nstat("dmabuf_invalidations")? - inval,
+        stat("callbacks_fired")? - callbacks,
+    );
+    println!("    {inval} invalidation(s), {callbacks} free callback(s)");
+    if (inval, callbacks) != (0, 0) {
+        return Err("cuMemFree reached the persistent export's importer".into());
+    }
+
+    println!("# SEND after cuMemFree: the pages are still the dma-buf's, the message in them");
+    let sent = n.send(mr.handle, K64, MSG.len()).map_err(errno)?;
+    show_bytes("the NIC got", &sent);
+    if sent != MSG {
+        return Err("the NIC got other bytes than were there before cuMemFree".into());
+    }
+    let reply = b"written after cuMemFree, into pages the dma-buf still holds";
+    n.recv(mr.handle, 2 * K64, reply).map_err(errno)?;
+    let back = n.send(mr.handle, 2 * K64, reply.len()).map_err(errno)?;
+    show_bytes("RECEIVE, then SEND back", &back);
+    if back != reply {
+        return Err("the bytes received after cuMemFree did not stay".into());
+    }
+
+    println!("# the NIC deregisters and the program closes the dma-buf: the pin goes back");
+    n.dereg(mr.handle).map_err(errno)?;
+    drop(buf);
+    drop(n);
+    crate::helpers::gdrpeer_idle()?;
+    println!(
+        "    nvsim: {} persistent pin(s), {} writes into freed GPU pages",
+        stat("persistent_pins_live")? - pins0,
+        stat("freed_page_writes")? - writes
+    );
+    if stat("persistent_pins_live")? != pins0 || stat("freed_page_writes")? != writes {
+        return Err("a pin left, or a write into freed GPU pages".into());
+    }
     Ok(())
 }

@@ -81,6 +81,7 @@ fn main() -> ExitCode {
         Some("--demo-nic") => return narrated(demo::nic()),
         Some("--demo-mmap") => return narrated(demo::mmap()),
         Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
+        Some("--demo-dmabuf-pinned") => return narrated(demo::dmabuf_pinned()),
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
         Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),
