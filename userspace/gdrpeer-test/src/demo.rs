@@ -8,6 +8,7 @@
 
 use crate::helpers::{dev, edu, ok, K64};
 use crate::nic::Nic;
+use crate::sanity::c;
 use gdrpeer::{PinFlags, Stats};
 use nvsim::testing::{debugfs, errno, stat, TestResult};
 use nvsim::Gpu;
@@ -187,11 +188,10 @@ pub fn mmap_child() -> TestResult {
     const MSG: &[u8] = b"written by the CPU through a mapping of GPU memory";
     crate::sanity::load()?;
     let cu = crate::sanity::cu();
-    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
     println!("# a program allocates 2 MiB with cuMemAlloc and pins 200 KiB of it");
     println!("#   (an allocation of its own: freeing a smaller one, carved from a shared block,");
     println!("#   need not call anything back)");
-    let p = cu.mem_alloc(nvsim::POOL_BLOCK as usize).map_err(cuda)?;
+    let p = cu.mem_alloc(nvsim::POOL_BLOCK as usize).map_err(c)?;
     let d = dev()?;
     let pin = ok(d.pin(p, 200 << 10, PinFlags::empty()), "pin")?;
     println!(
@@ -214,13 +214,13 @@ pub fn mmap_child() -> TestResult {
     );
     println!("# cuMemcpyDtoH reads them back from GPU memory");
     let mut back = vec![0u8; MSG.len()];
-    cu.copy_from_device(&mut back, p + 70000).map_err(cuda)?;
+    cu.copy_from_device(&mut back, p + 70000).map_err(c)?;
     show_bytes("cuMemcpyDtoH", &back);
     if back != MSG {
         return Err("cuMemcpyDtoH read other bytes than the mapping wrote".into());
     }
     println!("# cuMemFree while the buffer is pinned and mapped: NVIDIA's free callback");
-    cu.mem_free(p).map_err(cuda)?;
+    cu.mem_free(p).map_err(c)?;
     let info = ok(d.info(pin.handle), "info")?;
     println!("    handle {}: state {:?}", pin.handle, info.state);
     if crate::stress::events_supported()? {
@@ -248,6 +248,17 @@ fn show_dmabuf_counters() -> TestResult {
     Ok(())
 }
 
+/// Loads (simulated) libcuda, allocates 2 MiB (an allocation of its own, whose cuMemFree
+/// calls back) and writes `msg` at `at` with cuMemcpyHtoD. Returns libcuda and the buffer.
+fn alloc_with_message(msg: &[u8], at: u64) -> Result<(&'static gdrpeer::cuda::Cuda, u64), String> {
+    crate::sanity::load()?;
+    let cu = crate::sanity::cu();
+    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
+    let p = cu.mem_alloc(nvsim::POOL_BLOCK as usize).map_err(c)?;
+    cu.copy_to_device(p + at, msg).map_err(c)?;
+    Ok((cu, p))
+}
+
 /// `gdrpeer-test --demo-dmabuf`: GPU -> NIC -> GPU through a dma-buf that gdrpeer exports
 /// (EXPORT_DMABUF) and the sample NIC imports as an RDMA driver imports one for
 /// ibv_reg_dmabuf_mr(); then cuMemFree while it is imported: the importer is invalidated
@@ -255,14 +266,8 @@ fn show_dmabuf_counters() -> TestResult {
 pub fn dmabuf() -> TestResult {
     use rustix::fd::AsRawFd;
     const MSG: &[u8] = b"written with cuMemcpyHtoD, read by the NIC through a dma-buf";
-    crate::sanity::load()?;
-    let cu = crate::sanity::cu();
-    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
-    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
-    let size = nvsim::POOL_BLOCK as usize;
-    let p = cu.mem_alloc(size).map_err(cuda)?;
     let at = 2 * K64 - 20;
-    cu.copy_to_device(p + at, MSG).map_err(cuda)?;
+    let (cu, p) = alloc_with_message(MSG, at)?;
     println!("    buffer {p:#x}; message at + {at:#x}, across a 64 KiB page boundary");
 
     println!("# EXPORT_DMABUF of 200 KiB from buffer + 100: a dma-buf of whole GPU pages");
@@ -309,7 +314,7 @@ pub fn dmabuf() -> TestResult {
     let reply = b"reply from the NIC, written by DMA into the dma-buf's pages";
     n.recv(mr.handle, off, reply).map_err(errno)?;
     let mut back = vec![0u8; reply.len()];
-    cu.copy_from_device(&mut back, p + at).map_err(cuda)?;
+    cu.copy_from_device(&mut back, p + at).map_err(c)?;
     show_bytes("cuMemcpyDtoH", &back);
     if back != reply {
         return Err("cuMemcpyDtoH does not find the reply".into());
@@ -317,7 +322,7 @@ pub fn dmabuf() -> TestResult {
 
     println!("# cuMemFree while the NIC has the dma-buf imported: NVIDIA's free callback");
     let before = crate::nic::nstat("dmabuf_invalidations")?;
-    cu.mem_free(p).map_err(cuda)?;
+    cu.mem_free(p).map_err(c)?;
     println!(
         "    the NIC was invalidated {} time(s) before cuMemFree returned",
         crate::nic::nstat("dmabuf_invalidations")? - before
@@ -352,13 +357,7 @@ pub fn dmabuf_pinned() -> TestResult {
     use crate::nic::DMABUF_PINNED_NOREVOKE;
     use rustix::fd::AsRawFd;
     const MSG: &[u8] = b"still here after cuMemFree: the dma-buf holds a persistent pin";
-    crate::sanity::load()?;
-    let cu = crate::sanity::cu();
-    let cuda = |e: gdrpeer::cuda::CudaCallError| e.to_string();
-    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
-    let size = nvsim::POOL_BLOCK as usize;
-    let p = cu.mem_alloc(size).map_err(cuda)?;
-    cu.copy_to_device(p + K64, MSG).map_err(cuda)?;
+    let (cu, p) = alloc_with_message(MSG, K64)?;
     println!("    buffer {p:#x}; message at + {K64:#x}");
     let d = dev()?;
     let n = Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?;
@@ -396,7 +395,7 @@ pub fn dmabuf_pinned() -> TestResult {
         stat("callbacks_fired")?,
         stat("freed_page_writes")?,
     );
-    cu.mem_free(p).map_err(cuda)?;
+    cu.mem_free(p).map_err(c)?;
     let (inval, callbacks) = (
         crate::nic::nstat("dmabuf_invalidations")? - inval,
         stat("callbacks_fired")? - callbacks,
