@@ -8,18 +8,8 @@
 //! compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a boxed
 //! [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod bindings {
-    include!("kapi_generated.rs");
+bindgen_module! {
+    mod bindings = "kapi_generated.rs";
 }
 
 use kernel::{
