@@ -38,7 +38,8 @@ struct Invalidate {
 
 // SAFETY: the API's contract lets gdrpeer call the callback from any thread with its data.
 unsafe impl Send for Invalidate {}
-// SAFETY: as above; the callback is only called, never changed.
+// SAFETY: a shared `Invalidate` only lets a thread read `f` and `data`, never written after it
+// is made, and call `f(data)` (`notify`), which the API's contract allows from any thread.
 unsafe impl Sync for Invalidate {}
 
 /// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
@@ -49,7 +50,8 @@ pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
     // SAFETY: plain C functions without preconditions.
     unsafe { bindings::gdrpeer_invalidate_begin() };
     let r = f();
-    // SAFETY: as above.
+    // SAFETY: a plain C function without preconditions; it releases the lockdep map that
+    // `gdrpeer_invalidate_begin` acquired above.
     unsafe { bindings::gdrpeer_invalidate_end() };
     let took = start.elapsed();
     // The limit is a module parameter (`invalidate_warn_ms`).
