@@ -173,7 +173,8 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
     })())
 }
 
-struct Pinned {
+/// A registration [`pin`] made, with the window it covers.
+struct PinnedMr {
     mr: KBox<KapiMr>,
     window: GpuRange,
 }
@@ -184,7 +185,7 @@ fn pin(
     va: u64,
     len: u64,
     invalidate: Invalidate,
-) -> Result<Pinned> {
+) -> Result<PinnedMr> {
     if !ctx.is_owner() {
         return Err(EACCES);
     }
@@ -202,7 +203,7 @@ fn pin(
     };
     // On failure `mr` is dropped, which unregisters the notifier and gives the region back.
     let mr = KBox::new(mr, GFP_KERNEL)?;
-    Ok(Pinned { mr, window })
+    Ok(PinnedMr { mr, window })
 }
 
 impl Drop for KapiMr {
