@@ -3,10 +3,10 @@
 //! The kernel API for peer drivers (`include/gdrpeer-kapi.h`, Documentation/kernel-api.rst).
 //!
 //! The functions are defined here as `gdrpeer_rs_*` and wrapped and exported by
-//! `src/exports.c`. Each one is assigned to a function-pointer field that bindgen generates
-//! from their prototypes (`src/kapi-internal.h`), so a signature that drifts does not
-//! compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a boxed
-//! [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
+//! `src/kapi-exports.c`. Each one is assigned to a function-pointer field that bindgen
+//! generates from their prototypes (`src/kapi-internal.h`), so a signature that drifts does
+//! not compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a
+//! boxed [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
 
 bindgen_module! {
     mod bindings = "kapi_generated.rs";
@@ -43,8 +43,8 @@ unsafe impl Send for Invalidate {}
 unsafe impl Sync for Invalidate {}
 
 /// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
-/// lockdep class that stands for NVIDIA's lock (src/exports.c), and reports it as `what` in
-/// the kernel log when it takes longer than `invalidate_warn_ms`.
+/// lockdep class that stands for NVIDIA's lock (src/kapi-exports.c), and reports it as `what`
+/// in the kernel log when it takes longer than `invalidate_warn_ms`.
 pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
     let start = Instant::<Monotonic>::now();
     // SAFETY: plain C functions without preconditions.
