@@ -85,6 +85,16 @@ impl GdrpeerFile {
         Ok(me)
     }
 
+    /// The file's context, for a command of the process that opened the file; -EACCES for
+    /// any other.
+    fn owned(&self) -> Result<&Arc<Context>> {
+        let ctx = &self.open.ctx;
+        if !ctx.is_owner() {
+            return Err(EACCES);
+        }
+        Ok(ctx)
+    }
+
     fn add_debugfs(&mut self, files_dir: &debugfs::Dir) -> Result {
         let id = NEXT_FILE_ID.fetch_add(1, Relaxed);
         let ctx = &self.open.ctx;
@@ -133,37 +143,22 @@ impl MiscDevice for GdrpeerFile {
         files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
     }
 
+    /// GET_VERSION from any process; every other command from the opener only (-EACCES);
+    /// a command gdrpeer does not define, or one encoded with another size, -ENOTTY.
     fn ioctl(me: &GdrpeerFile, file: &File, cmd: u32, arg: usize) -> Result<isize> {
         let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
-        if cmd == uapi::IOCTL_GET_VERSION {
-            return get_version(user);
+        match cmd {
+            uapi::IOCTL_GET_VERSION => get_version(user),
+            uapi::IOCTL_PIN => pin(me.owned()?, user),
+            uapi::IOCTL_UNPIN => unpin(me.owned()?, file, user),
+            uapi::IOCTL_GET_INFO => info(me.owned()?, user),
+            uapi::IOCTL_GET_PAGES => get_pages(me.owned()?, user),
+            uapi::IOCTL_DMA_MAP => dma_map(me.owned()?, user),
+            uapi::IOCTL_STATS => stats(me.owned()?, user),
+            uapi::IOCTL_EXPORT_DMABUF => export_dmabuf(me.owned()?, user),
+            _ => Err(ENOTTY),
         }
-        let known = [
-            uapi::IOCTL_PIN,
-            uapi::IOCTL_UNPIN,
-            uapi::IOCTL_GET_INFO,
-            uapi::IOCTL_GET_PAGES,
-            uapi::IOCTL_DMA_MAP,
-            uapi::IOCTL_STATS,
-            uapi::IOCTL_EXPORT_DMABUF,
-        ];
-        if !known.contains(&cmd) {
-            return Err(ENOTTY);
-        }
-        if !me.open.ctx.is_owner() {
-            return Err(EACCES);
-        }
-        let ctx = &me.open.ctx;
-        let ret = match cmd {
-            uapi::IOCTL_PIN => pin(ctx, user),
-            uapi::IOCTL_UNPIN => unpin(ctx, file, user),
-            uapi::IOCTL_GET_INFO => info(ctx, user),
-            uapi::IOCTL_GET_PAGES => get_pages(ctx, user),
-            uapi::IOCTL_DMA_MAP => dma_map(ctx, user),
-            uapi::IOCTL_EXPORT_DMABUF => export_dmabuf(ctx, user),
-            _ => stats(ctx, user),
-        };
-        ret.map(|()| 0)
+        .map(|()| 0)
     }
 }
 
@@ -185,14 +180,13 @@ fn read_arg<T: kernel::transmute::FromBytes>(
     Ok(arg)
 }
 
-fn get_version(user: UserSlice) -> Result<isize> {
+fn get_version(user: UserSlice) -> Result {
     let (mut reader, mut writer) = user.reader_writer();
     let mut v: uapi::Version = read_arg(&mut reader, |v: &uapi::Version| v.size)?;
     v.abi_version = uapi::ABI_VERSION;
     v.nv_page_table_version = nv_p2p::PAGE_TABLE_VERSION;
     v.nv_dma_mapping_version = nv_p2p::DMA_MAPPING_VERSION;
-    writer.write(&v)?;
-    Ok(0)
+    writer.write(&v)
 }
 
 fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {

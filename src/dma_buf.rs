@@ -164,7 +164,7 @@ pub(crate) unsafe fn revoke(dmabuf: *mut bindings::dma_buf) {
             c_long::MAX.unsigned_abs(), // MAX_SCHEDULE_TIMEOUT
         )
     };
-    // SAFETY: locked above.
+    // SAFETY: a live reservation object, which this thread locked with `dma_resv_lock` above.
     unsafe { bindings::dma_resv_unlock(resv) };
 }
 

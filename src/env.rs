@@ -6,7 +6,7 @@
 use core::ptr;
 use kernel::{
     prelude::*,
-    sync::atomic::{Atomic, Full, Relaxed},
+    sync::atomic::{Acquire, Atomic, Full},
 };
 
 use crate::{gate::Gate, sys::OwnedQueue};
@@ -46,7 +46,8 @@ impl Env {
         .pin_chain(|env| {
             let env = ptr::from_ref(&*env).cast_mut();
             // INVARIANT: `env` is initialized and pinned; `drop` takes it out of `ENV`
-            // before it goes.
+            // before it goes. The exchange is fully ordered, so a release: a reader whose
+            // `Acquire` load (`Env::get`) sees the pointer sees the initialized `Env`.
             ENV.cmpxchg(ptr::null_mut(), env, Full)
                 .map(|_| ())
                 .map_err(|_| EBUSY)
@@ -55,10 +56,13 @@ impl Env {
 
     /// The module's environment; -ENODEV before it is initialized or once it is dropped.
     pub(crate) fn get() -> Result<&'static Env> {
-        let env = ENV.load(Relaxed);
-        // SAFETY: a non-NULL `ENV` points to a live, pinned `Env` (the type invariant). It
-        // is only dropped at module exit, when no front-end can call in any more (see `ENV`),
-        // so the `'static` borrow is not used past it.
+        // Pairs with the exchange that publishes the pointer in `Env::new` (fully ordered, so
+        // a release).
+        let env = ENV.load(Acquire);
+        // SAFETY: a non-NULL `ENV` points to a live, pinned `Env` (the type invariant), whose
+        // initialization this thread sees (the `Acquire` load above). It is only dropped at
+        // module exit, when no front-end can call in any more (see `ENV`), so the `'static`
+        // borrow is not used past it.
         unsafe { env.as_ref() }.ok_or(ENODEV)
     }
 }

@@ -39,7 +39,9 @@ struct Ops(bindings::file_operations);
 // SAFETY: the operations are written once, before they are shared, and only read after; they
 // hold function pointers and a NULL owner, which any thread may use.
 unsafe impl Send for Ops {}
-// SAFETY: as above.
+// SAFETY: a shared `Ops` only lets a thread read the operations, which are written once before
+// they are shared (`SetOnce::populate`) and never after; function pointers and a NULL owner
+// may be read and called from any thread.
 unsafe impl Sync for Ops {}
 
 /// The polled file operations of a device `T`, made on its first open.

@@ -46,18 +46,8 @@ use crate::{
     vma::{self, Caching},
 };
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod abi {
-    include!("gdrdrv_generated.rs");
+bindgen_module! {
+    mod abi = "gdrdrv_generated.rs";
 }
 
 use abi::{
@@ -67,17 +57,10 @@ use abi::{
     gdrdrv_req_mapping_type as ReqMappingType, gdrdrv_unpin_buffer as UnpinBuffer,
 };
 
-/// Implements [`FromBytes`] and [`AsBytes`] for the ABI's structs.
-macro_rules! plain_data {
-    ($($t:ty),*) => {$(
-        // SAFETY: the ABI's structs consist of integer fields only, with explicit padding
-        // fields: every bit pattern is valid and they contain no uninitialised bytes.
-        unsafe impl FromBytes for $t {}
-        // SAFETY: As above.
-        unsafe impl AsBytes for $t {}
-    )*};
-}
 plain_data!(
+    // SAFETY: include/uapi/gdrpeer-gdrdrv.h declares its structs with fixed-size integer
+    // fields only, and every gap as an explicit padding field (their sizes and offsets are
+    // asserted below).
     PinBuffer,
     PinBufferV2,
     UnpinBuffer,

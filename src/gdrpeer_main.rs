@@ -32,9 +32,10 @@
 //!
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
-//! 1. Kernel services the `kernel` crate lacks ([`sys`], PFN mappings for user space in
-//!    [`vma`], `poll` for misc devices in [`fops`], dma-buf export in [`dma_buf`]) and the
-//!    nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
+//! 1. The macros of the modules over bindgen's output ([`bindgen`]), kernel services the
+//!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], `poll` for misc
+//!    devices in [`fops`], dma-buf export in [`dma_buf`]) and the nv-p2p wrapper
+//!    ([`nv_p2p`], with the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
 //!    ([`params`]), counters ([`stats`]), the module environment ([`env`]), the cache
 //!    ([`cache`]) and its invalidation events ([`events`]).
@@ -85,7 +86,10 @@
 //! as does a dma-buf's `release` (which takes lock 1).
 
 // The layers, each using only those above it (Documentation/design.rst, "Source map"):
-// kernel services and the nv-p2p wrapper; the pin engine; the front-ends.
+// kernel services and the nv-p2p wrapper; the pin engine; the front-ends. `bindgen` comes
+// first: its macros serve the modules declared after it.
+#[macro_use]
+mod bindgen;
 mod cache;
 mod chardev;
 mod dma_buf;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Between gdrpeer's Rust code and src/exports.c; not part of the API. */
+/* Between gdrpeer's Rust code and src/kapi-exports.c; not part of the API. */
 #ifndef _GDRPEER_KAPI_INTERNAL_H_
 #define _GDRPEER_KAPI_INTERNAL_H_
 
@@ -19,8 +19,8 @@ struct dma_buf *gdrpeer_rs_dmabuf_export(struct gdrpeer_ctx *ctx, u64 va, u64 le
 /*
  * The same functions' types, for bindgen: the Rust definitions are assigned to
  * these fields, so a definition that drifts from the prototypes above does not
- * compile, and the wrappers in exports.c are checked against gdrpeer-kapi.h by
- * the C compiler.
+ * compile, and the wrappers in kapi-exports.c are checked against
+ * gdrpeer-kapi.h by the C compiler.
  */
 struct gdrpeer_rs_fns {
 	typeof(gdrpeer_rs_kapi_version) *kapi_version;

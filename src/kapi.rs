@@ -3,23 +3,13 @@
 //! The kernel API for peer drivers (`include/gdrpeer-kapi.h`, Documentation/kernel-api.rst).
 //!
 //! The functions are defined here as `gdrpeer_rs_*` and wrapped and exported by
-//! `src/exports.c`. Each one is assigned to a function-pointer field that bindgen generates
-//! from their prototypes (`src/kapi-internal.h`), so a signature that drifts does not
-//! compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a boxed
-//! [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
+//! `src/kapi-exports.c`. Each one is assigned to a function-pointer field that bindgen
+//! generates from their prototypes (`src/kapi-internal.h`), so a signature that drifts does
+//! not compile; the C compiler checks the wrappers against the header. A `gdrpeer_ctx` is a
+//! boxed [`KapiCtx`], a `gdrpeer_mr` a boxed [`KapiMr`].
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod bindings {
-    include!("kapi_generated.rs");
+bindgen_module! {
+    mod bindings = "kapi_generated.rs";
 }
 
 use kernel::{
@@ -48,18 +38,20 @@ struct Invalidate {
 
 // SAFETY: the API's contract lets gdrpeer call the callback from any thread with its data.
 unsafe impl Send for Invalidate {}
-// SAFETY: as above; the callback is only called, never changed.
+// SAFETY: a shared `Invalidate` only lets a thread read `f` and `data`, never written after it
+// is made, and call `f(data)` (`notify`), which the API's contract allows from any thread.
 unsafe impl Sync for Invalidate {}
 
 /// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
-/// lockdep class that stands for NVIDIA's lock (src/exports.c), and reports it as `what` in
-/// the kernel log when it takes longer than `invalidate_warn_ms`.
+/// lockdep class that stands for NVIDIA's lock (src/kapi-exports.c), and reports it as `what`
+/// in the kernel log when it takes longer than `invalidate_warn_ms`.
 pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
     let start = Instant::<Monotonic>::now();
     // SAFETY: plain C functions without preconditions.
     unsafe { bindings::gdrpeer_invalidate_begin() };
     let r = f();
-    // SAFETY: as above.
+    // SAFETY: a plain C function without preconditions; it releases the lockdep map that
+    // `gdrpeer_invalidate_begin` acquired above.
     unsafe { bindings::gdrpeer_invalidate_end() };
     let took = start.elapsed();
     // The limit is a module parameter (`invalidate_warn_ms`).
@@ -181,7 +173,8 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
     })())
 }
 
-struct Pinned {
+/// A registration [`pin`] made, with the window it covers.
+struct PinnedMr {
     mr: KBox<KapiMr>,
     window: GpuRange,
 }
@@ -192,7 +185,7 @@ fn pin(
     va: u64,
     len: u64,
     invalidate: Invalidate,
-) -> Result<Pinned> {
+) -> Result<PinnedMr> {
     if !ctx.is_owner() {
         return Err(EACCES);
     }
@@ -210,7 +203,7 @@ fn pin(
     };
     // On failure `mr` is dropped, which unregisters the notifier and gives the region back.
     let mr = KBox::new(mr, GFP_KERNEL)?;
-    Ok(Pinned { mr, window })
+    Ok(PinnedMr { mr, window })
 }
 
 impl Drop for KapiMr {

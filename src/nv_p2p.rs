@@ -46,20 +46,12 @@
 //!   the physical addresses and a pin that may lack bus addresses; the DMA side is ready.
 //! - There is no persistent-pin API (`cfg(nv_p2p_persistent)` is off): -EOPNOTSUPP.
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    missing_docs,
-    improper_ctypes, // `struct pci_dev` holds zero-sized fields; it only crosses by pointer.
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod bindings {
-    include!("nv_p2p_generated.rs");
+bindgen_module! {
+    #[allow(
+        non_snake_case,
+        improper_ctypes, // `struct pci_dev` holds zero-sized fields; it only crosses by pointer.
+    )]
+    mod bindings = "nv_p2p_generated.rs";
 }
 
 /// The signature set of the header gdrpeer is built against: the desktop one, or the Tegra

@@ -22,24 +22,14 @@
 use core::ptr::NonNull;
 use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
 
-/// The C helpers of src/helpers.c (PFN mappings for [`crate::vma`], DMA-only scatterlists for
-/// [`crate::dma_buf`]), generated from src/helpers.h.
-//
-// `improper_ctypes`: the kernel's structs arrive through `kernel::bindings`, whose own
-// declarations allow it for the same reason (empty structs of disabled config options).
-#[allow(
-    dead_code,
-    improper_ctypes,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-pub(crate) mod helpers {
-    include!("helpers_generated.rs");
+bindgen_module! {
+    /// The C helpers of src/helpers.c (PFN mappings for [`crate::vma`], DMA-only scatterlists
+    /// for [`crate::dma_buf`]), generated from src/helpers.h.
+    //
+    // `improper_ctypes`: the kernel's structs arrive through `kernel::bindings`, whose own
+    // declarations allow it for the same reason (empty structs of disabled config options).
+    #[allow(improper_ctypes)]
+    pub(crate) mod helpers = "helpers_generated.rs";
 }
 
 /// A workqueue of our own: dropping it drains and destroys it, so no work item of the module

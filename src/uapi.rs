@@ -3,23 +3,10 @@
 //! The user-space ABI of `/dev/gdrpeer`, generated from
 //! `include/uapi/gdrpeer.h` so that the C header and the module cannot drift.
 
-use kernel::{
-    ioctl::{_IOW, _IOWR},
-    transmute::{AsBytes, FromBytes},
-};
+use kernel::ioctl::{_IOW, _IOWR};
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_upper_case_globals,
-    missing_docs,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod bindings {
-    include!("uapi_generated.rs");
+bindgen_module! {
+    mod bindings = "uapi_generated.rs";
 }
 
 pub(crate) use bindings::{
@@ -28,17 +15,9 @@ pub(crate) use bindings::{
     gdrpeer_pin as Pin, gdrpeer_stats as Stats, gdrpeer_unpin as Unpin, gdrpeer_version as Version,
 };
 
-/// Implements [`FromBytes`] and [`AsBytes`] for uAPI structs.
-macro_rules! plain_data {
-    ($($t:ty),*) => {$(
-        // SAFETY: The uAPI structs consist of integer fields only, with explicit padding
-        // fields: every bit pattern is valid and they contain no uninitialised bytes.
-        unsafe impl FromBytes for $t {}
-        // SAFETY: As above.
-        unsafe impl AsBytes for $t {}
-    )*};
-}
 plain_data!(
+    // SAFETY: include/uapi/gdrpeer.h declares its structs with fixed-size integer fields
+    // only, and every gap as an explicit padding field.
     Version,
     Pin,
     Unpin,

@@ -262,9 +262,8 @@ pub(super) unsafe fn raw_get_pages_persistent(
 ///
 /// # Safety
 ///
-/// None needed: this body touches nothing. It is `unsafe` because the persistent-pin build's
-/// body is, with the contract that `start` and `len` are 64 KiB aligned and `table` may be
-/// written, so that callers are written once for both builds.
+/// `start` and `len` are 64 KiB aligned and `table` may be written: the persistent-pin
+/// build's contract, which callers meet for both builds. This body touches nothing.
 #[cfg(not(nv_p2p_persistent))]
 pub(super) unsafe fn raw_get_pages_persistent(
     _start: u64,
@@ -294,9 +293,9 @@ pub(super) unsafe fn raw_put_pages_persistent(
 ///
 /// # Safety
 ///
-/// None needed: this body touches nothing. It is `unsafe` because the persistent-pin build's
-/// body is, with the contract that `table` came from [`raw_get_pages_persistent`] for `start`
-/// and is given back once, so that callers are written once for both builds.
+/// `table` came from [`raw_get_pages_persistent`] for `start`, is not given back yet, and is
+/// given back once: the persistent-pin build's contract, which callers meet for both builds.
+/// This body touches nothing.
 #[cfg(not(nv_p2p_persistent))]
 pub(super) unsafe fn raw_put_pages_persistent(
     _start: u64,

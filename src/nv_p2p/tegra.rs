@@ -30,7 +30,8 @@ const _: () = {
 ///
 /// # Safety
 ///
-/// None needed; `unsafe` as the desktop set's is, with its contract.
+/// `table` is a live table that passed [`check_table`]: the desktop set's contract, which the
+/// pin state machine meets for both sets. This body reads nothing.
 pub(super) unsafe fn table_cpu_cacheable(_table: *const bindings::nvidia_p2p_page_table) -> bool {
     false
 }
@@ -136,9 +137,9 @@ pub(super) unsafe fn copy_dma_addresses(
 ///
 /// # Safety
 ///
-/// None needed: this body reads nothing. It is `unsafe` because reading a table is (the
-/// caller passes a live `table` that passed [`check_table`] and has `n` entries), so that
-/// the pin state machine calls both signature sets alike.
+/// `table` is a live table (neither given back nor freed by the free callback) that passed
+/// [`check_table`] and has `n` entries: the desktop set's contract, which the pin state
+/// machine meets for both sets. This body reads nothing.
 pub(super) unsafe fn copy_bus_addresses(
     _table: &bindings::nvidia_p2p_page_table,
     _n: usize,
@@ -229,9 +230,8 @@ pub(super) unsafe fn raw_dma_unmap(
 ///
 /// # Safety
 ///
-/// None needed: this body touches nothing. It is `unsafe` because the desktop persistent
-/// get_pages is (`start` and `len` 64 KiB aligned, `table` writable), so that the pin state
-/// machine calls both signature sets alike.
+/// `start` and `len` are 64 KiB aligned and `table` may be written: the desktop set's
+/// contract, which the pin state machine meets for both sets. This body touches nothing.
 pub(super) unsafe fn raw_get_pages_persistent(
     _start: u64,
     _len: u64,
@@ -245,9 +245,9 @@ pub(super) unsafe fn raw_get_pages_persistent(
 ///
 /// # Safety
 ///
-/// None needed: this body touches nothing. It is `unsafe` because the desktop persistent
-/// put_pages is (`table` from [`raw_get_pages_persistent`], given back once), so that the pin
-/// state machine calls both signature sets alike.
+/// `table` came from [`raw_get_pages_persistent`] for `start`, is not given back yet, and is
+/// given back once: the desktop set's contract, which the pin state machine meets for both
+/// sets. This body touches nothing.
 pub(super) unsafe fn raw_put_pages_persistent(
     _start: u64,
     _table: *mut bindings::nvidia_p2p_page_table,
