@@ -250,7 +250,8 @@ test_gdrdrv_name_taken() {
 test_proprietary_nvidia_refused() {
 	unload_nv_stack
 	load $M/nvidia-proprietary.ko || fail "the proprietary stand-in did not load"
-	expect_eq "the stand-in's license" "$(cat /sys/module/nvidia/taint 2>/dev/null)" P
+	taint=$(cat /sys/module/nvidia/taint 2>/dev/null)
+	case $taint in *P*) ;; *) fail "the stand-in is not marked proprietary (taint '$taint')" ;; esac
 	err=$(load $M/gdrpeer.ko) && { unload gdrpeer; unload nvidia; fail "gdrpeer.ko loaded next to a proprietary nvidia"; }
 	echo "gdrpeer's finit_module: $err"
 	log_since_begin | grep "gdrpeer: "
