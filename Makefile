@@ -11,6 +11,8 @@
 #                                                 and the kernel API from the sample NIC)
 #                                                 (stress: also both on the KCSAN kernel)
 #   make bench                                    the benchmarks: table, JSON and plot in build/bench
+#   make deb [DEB_VERSION=...]                    Debian packages gdrpeer-dkms and gdrpeer-tools
+#                                                 in build/deb (packaging/make-deb)
 #   make clippy | fmt | fmtcheck | rust-analyzer | clean
 #
 # KDIR is the kernel build tree (default: the running kernel's). NVIDIA_SRC is
@@ -44,7 +46,7 @@ nv_note_symvers := $(NVIDIA_SRC) has no Module.symvers (driver not built): build
 	KBUILD_MODPOST_WARN=1, nvidia_p2p_* unversioned, modpost warnings about them expected
 endif
 endif
-ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench deb,$(or $(MAKECMDGOALS),all)),)
 $(if $(nv_note_src),$(info gdrpeer: $(nv_note_src)))
 $(if $(nv_note_symvers),$(info gdrpeer: $(nv_note_symvers)))
 endif
@@ -93,6 +95,15 @@ modules_install:
 	@test -n "$(KRELEASE)" || { echo "gdrpeer: $(KDIR) is not a built kernel tree (set KDIR)" >&2; exit 1; }
 	$(KMAKE) INSTALL_MOD_PATH=$(mod_path) INSTALL_MOD_DIR=$(INSTALL_MOD_DIR) modules_install
 	$(if $(wildcard $(KDIR)/System.map),,$(DEPMOD) -a $(if $(mod_path),-b $(mod_path)) $(KRELEASE))
+
+# Debian packages (packaging/make-deb): gdrpeer-dkms (the source, via dh-dkms)
+# and gdrpeer-tools (the CLI, prepare-kdir, the uAPI header, the udev rule).
+# DEB_VERSION defaults to $(GDRPEER_VERSION)-1; DEB_OUT to build/deb.
+DEB_VERSION ?=
+DEB_OUT ?= $(CURDIR)/build/deb
+.PHONY: deb
+deb:
+	DEB_VERSION='$(DEB_VERSION)' packaging/make-deb '$(DEB_OUT)'
 
 .PHONY: install
 install: modules_install

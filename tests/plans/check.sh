@@ -267,4 +267,6 @@ run_plan() {
 	t nvsim-read-of-a-table-after-its-callback-is-reported test_nvsim_reporting \
 		nvsim-read-of-a-table-after-its-callback-is-reported kasan=p2pclient
 	t log-oracle-catches-planted-bugs test_log_oracle_catches_planted_bugs
+	# Last of all: the proprietary stand-in taints the kernel (P) for good.
+	t proprietary-nvidia-refuses-gdrpeer test_proprietary_nvidia_refused
 }

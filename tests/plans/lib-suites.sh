@@ -236,3 +236,30 @@ test_gdrdrv_name_taken() {
 	unload nvsim
 	[ ! -e /dev/gdrdrv ] || fail "/dev/gdrdrv left behind by nvsim"
 }
+
+# --- NVIDIA's proprietary flavour is refused (Documentation/building.rst) ----
+
+# gdrpeer needs NVIDIA's open kernel modules. Every export of the Rust kernel
+# crate is EXPORT_SYMBOL_GPL, and since Linux 5.9 the kernel refuses a module
+# that uses GPL-only symbols together with symbols of a proprietary module.
+# nvidia-proprietary.ko (tests/nvprop) is nvidia.ko as the proprietary
+# flavour: the nv-p2p exports with nvsim's CRCs, MODULE_LICENSE("NVIDIA").
+# gdrpeer's load must fail with the kernel's message naming nvidia, and work
+# again once nvsim (MIT/GPL, as the open flavour) is back.
+# Loading it taints the kernel (P) and turns lockdep off: run it last.
+test_proprietary_nvidia_refused() {
+	unload_nv_stack
+	load $M/nvidia-proprietary.ko || fail "the proprietary stand-in did not load"
+	taint=$(cat /sys/module/nvidia/taint 2>/dev/null)
+	case $taint in *P*) ;; *) fail "the stand-in is not marked proprietary (taint '$taint')" ;; esac
+	err=$(load $M/gdrpeer.ko) && { unload gdrpeer; unload nvidia; fail "gdrpeer.ko loaded next to a proprietary nvidia"; }
+	echo "gdrpeer's finit_module: $err"
+	log_since_begin | grep "gdrpeer: "
+	unload nvidia
+	grep -q '^gdrpeer ' /proc/modules && fail "gdrpeer in /proc/modules"
+	expect_eq "insmod errno" "$err" ENOENT
+	log_since_begin | grep -q "gdrpeer: module using GPL-only symbols uses symbols nvidia_p2p_[a-z_]* from proprietary module nvidia" ||
+		fail "no 'module using GPL-only symbols uses symbols ... from proprietary module nvidia' message"
+	load $M/nvsim.ko && load $M/gdrpeer.ko || fail "gdrpeer did not load next to nvsim after the refusal"
+	unload_nv_stack
+}

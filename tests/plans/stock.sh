@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # The plan `make check` runs on each stock Debian kernel (tests/vm/stock): its
-# own vmlinuz, gdrpeer.ko as `dkms install` built and signed it, nvsim,
-# p2pclient and gdrnic built against the same headers. Its first argument, the
+# own vmlinuz, gdrpeer.ko as DKMS built and signed it (installed with apt from
+# make deb's gdrpeer-dkms), nvsim, p2pclient, gdrnic and the proprietary
+# stand-in (tests/nvprop) built against the same headers. Its first argument, the
 # kernel's name (deb-7.2), is appended to every test's name. Its second, if
 # `per-block`, runs everything under nvsim's callback rule for small buffers
 # as the driver has it (callback_per_buffer=0, Documentation/nvsim.rst: the
@@ -74,4 +75,7 @@ run_plan() {
 	skip_absent lockdep "lockdep (CONFIG_PROVE_LOCKING)" /proc/lockdep
 	# tests/vm/stock checked that DKMS's gdrpeer.ko has no modversions in its vermagic.
 	echo "@@ RESULT SKIP modversions$S the kernel is built without CONFIG_MODVERSIONS; those cases run on the test kernel"
+	# Last: the proprietary stand-in taints the kernel (P) for good. Debian's
+	# own kernel refuses gdrpeer next to it, as it would next to NVIDIA's.
+	t proprietary-nvidia-refuses-gdrpeer$S test_proprietary_nvidia_refused
 }
