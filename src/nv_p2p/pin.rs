@@ -7,7 +7,7 @@
 
 use core::ptr::NonNull;
 use kernel::{
-    ffi::c_void,
+    ffi::{c_int, c_void},
     new_condvar, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
@@ -92,14 +92,31 @@ struct DmaMap {
 // SAFETY: the mapping is only handed back to NVIDIA, which allows that from any thread.
 unsafe impl Send for DmaMap {}
 
+/// The table NVIDIA handed out for a pin.
+///
+/// # Invariants
+///
+/// It is the non-NULL `nvidia_p2p_page_table` that get_pages wrote for the [`Pinned`] whose
+/// [`State::table`] holds it, and stays alive while that state holds it: [`Pinned::revoke`]
+/// clears it before the callback lets NVIDIA free the table, and a successful put_pages
+/// clears it too. A copy outlives that only inside an [`Access`] or a [`Mapper`], whose
+/// rules say how long it stays alive.
+#[derive(Clone, Copy)]
+struct Table(NonNull<bindings::nvidia_p2p_page_table>);
+
+// SAFETY: NVIDIA's tables may be used from any thread.
+unsafe impl Send for Table {}
+
 /// The state of a pin, protected by [`Pinned::state`].
 struct State {
     phase: Phase,
-    /// Threads reading NVIDIA's table or mappings, or unmapping (which takes no NVIDIA lock);
-    /// the callback waits for them.
+    /// The live table: set once get_pages returned (phase `Pinning`), kept while `Valid` and
+    /// `Releasing`, cleared when the table is given back or revoked.
+    table: Option<Table>,
+    /// Threads holding an [`Access`]: the callback waits for them.
     users: u32,
-    /// Threads inside `dma_map_pages` (which takes NVIDIA's lock): an unpin waits for them
-    /// before put_pages, the callback cannot.
+    /// Threads holding a [`Mapper`] (inside `dma_map_pages`, which takes NVIDIA's lock): an
+    /// unpin waits for them before put_pages, the callback cannot.
     mappers: u32,
     /// Bus (BAR1) address of each 64 KiB page, copied from the table.
     addresses: KVVec<u64>,
@@ -111,24 +128,149 @@ struct State {
     _module: Option<ModuleRef>,
 }
 
-/// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
-/// once, by put_pages ([`Pinned::unpin`]) or by NVIDIA's free callback.
+/// A use of a pin's table and DMA mappings, modelled on `RevocableGuard`: while one is held
+/// the free callback waits before it lets NVIDIA free them ([`Pinned::wait_for_users`]).
+/// Dropping it ends the use and wakes a releasing thread that waits for the last one
+/// ([`Access::end_and_wait`]).
 ///
-/// Modelled on the kernel's `Revocable`: readers get temporary access through `users`, the
-/// free callback withdraws access and waits (bounded) for current readers, then frees the DMA
-/// mappings and the table. Readers never block while they hold access, and the only nv-p2p
-/// call made with access held is `dma_unmap_pages`, which takes no NVIDIA lock (the driver's
-/// nv-p2p.c locks only the table's mapping list there), so the callback cannot wait for a
-/// thread that waits for NVIDIA's lock.
+/// Holders must not sleep nor take a lock while they hold it (the callback waits for them
+/// under NVIDIA's lock); the two exceptions say why they are bounded where they are taken
+/// ([`Pinned::with_bus_address`], the unmaps of [`Release`]).
 ///
 /// # Invariants
 ///
-/// - `table` is written only by NVIDIA inside `get_pages`; while `phase` is `Pinning`,
-///   `Valid` or `Releasing` it points to the live table for `range`.
+/// It was counted in `State::users` of `pinned` when the phase was not `Revoked`, and `table`
+/// was `State::table` then.
+struct Access<'a> {
+    pinned: &'a Pinned,
+    table: Table,
+}
+
+impl<'a> Access<'a> {
+    /// Takes access under `s`, the locked state of `pinned`, if the phase allows it and the
+    /// table is there: -ENXIO otherwise.
+    fn take(pinned: &'a Pinned, s: &mut State, phases: &[Phase]) -> Result<Self> {
+        match s.table {
+            Some(table) if phases.contains(&s.phase) => {
+                s.users += 1;
+                // INVARIANT: counted with the phase one of `phases` (none is `Revoked`).
+                Ok(Access { pinned, table })
+            }
+            _ => Err(ENXIO),
+        }
+    }
+
+    /// The table, alive while this is held.
+    fn table(&self) -> &bindings::nvidia_p2p_page_table {
+        // SAFETY: access was counted before the phase became Revoked (type invariant), and
+        // the callback waits for it before it lets NVIDIA free the table, so the table is
+        // alive (`Table` invariant).
+        unsafe { self.table.0.as_ref() }
+    }
+
+    /// Ends this use, then waits for the other users and for the mappers: what a releasing
+    /// thread does before put_pages, so that put_pages finds no mapping live. None of them
+    /// waits for this thread.
+    fn end_and_wait(self) -> Table {
+        let this = core::mem::ManuallyDrop::new(self);
+        let mut s = this.pinned.state.lock();
+        s.users -= 1;
+        while s.users > 0 || s.mappers > 0 {
+            this.pinned.done.wait(&mut s);
+        }
+        this.table
+    }
+}
+
+impl Drop for Access<'_> {
+    fn drop(&mut self) {
+        self.pinned.state.lock().users -= 1;
+        self.pinned.done.notify_all();
+    }
+}
+
+/// A thread inside `dma_map_pages` for a pin. No access is held across the call: the call
+/// takes NVIDIA's lock, under which the callback runs and waits for users. An unpin waits
+/// for mappers before put_pages instead (`State::mappers`); the callback cannot.
+///
+/// # Invariants
+///
+/// It was counted in `State::mappers` of `pinned` when the phase was `Valid`, and `table` was
+/// `State::table` then.
+struct Mapper<'a> {
+    pinned: &'a Pinned,
+    table: Table,
+}
+
+impl<'a> Mapper<'a> {
+    /// Ends the call under `s`, the locked state of the pin.
+    fn finish(self, s: &mut State) {
+        let this = core::mem::ManuallyDrop::new(self);
+        s.mappers -= 1;
+        this.pinned.done.notify_all();
+    }
+
+    /// Ends the call and takes access in one step under `s` (the phase is not `Revoked`), so
+    /// that an unpin waiting for both never sees neither while the mapping this call made is
+    /// still to be given back.
+    fn into_access(self, s: &mut State) -> Access<'a> {
+        let this = core::mem::ManuallyDrop::new(self);
+        s.mappers -= 1;
+        s.users += 1;
+        // INVARIANT: counted with the phase not Revoked; `table` was `State::table` when the
+        // mapper was counted, and only a release or the callback clears it, both of which
+        // first wait for this mapper (the release) or change the phase to Revoked.
+        Access {
+            pinned: this.pinned,
+            table: this.table,
+        }
+    }
+}
+
+impl Drop for Mapper<'_> {
+    fn drop(&mut self) {
+        self.pinned.state.lock().mappers -= 1;
+        self.pinned.done.notify_all();
+    }
+}
+
+/// A pin being given back ([`Pinned::begin_release`]): its phase is `Releasing`, its DMA
+/// mappings were taken out of the state, and the access it holds keeps a callback that
+/// comes meanwhile from letting NVIDIA free the table before they are unmapped.
+/// `dma_unmap_pages` takes no NVIDIA lock (only the mapping list's own), so that wait is
+/// bounded.
+struct Release<'a> {
+    access: Access<'a>,
+    maps: RBTree<usize, DmaMap>,
+}
+
+/// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
+/// once, by put_pages ([`Pinned::unpin`]) or by NVIDIA's free callback.
+///
+/// Modelled on the kernel's `Revocable`: readers hold an [`Access`], the free callback
+/// withdraws access and waits (bounded) for current readers, then frees the DMA mappings and
+/// the table. Readers never block while they hold access, and the only nv-p2p call made with
+/// access held is `dma_unmap_pages`, which takes no NVIDIA lock (the driver's nv-p2p.c locks
+/// only the table's mapping list there), so the callback cannot wait for a thread that waits
+/// for NVIDIA's lock. The transitions, with the phase each one moves between:
+///
+/// - pin: [`Pinned::begin_pin`] (`New` to `Pinning`), [`Pinned::get_pages`],
+///   [`Pinned::read_table`], [`Pinned::finish_pin`] (to `Valid`, or back);
+/// - DMA map: [`Pinned::begin_dma_map`] (a [`Mapper`]), [`Mapper::map_pages`],
+///   [`Pinned::read_dma_map`], [`Pinned::finish_dma_map`];
+/// - unpin: [`Pinned::begin_release`] (`Valid` to `Releasing`, a [`Release`]),
+///   [`Release::unmap_all`], [`Pinned::put_table`], [`Pinned::finish_release`] (to
+///   `Released`);
+/// - the free callback: [`Pinned::revoke`] (any phase to `Revoked`).
+///
+/// # Invariants
+///
+/// - `table_out` is written only by NVIDIA inside get_pages; it is read right after get_pages
+///   returned and by the free callback, which NVIDIA calls only after writing it.
 /// - For a [`PinKind::Callback`] pin in phase `Pinning`, `Valid` or `Releasing`, NVIDIA holds
 ///   one reference to the owner (the callback's `data`), consumed by the callback or by
 ///   `unpin` after a successful put_pages.
-#[pin_data]
+#[pin_data(PinnedDrop)]
 pub(crate) struct Pinned {
     range: GpuRange,
     kind: PinKind,
@@ -138,22 +280,23 @@ pub(crate) struct Pinned {
     owner: ARef<Task>,
     /// Keeps gdrpeer's pins off table addresses that a late call may still name.
     gate: &'static Gate,
-    table: Opaque<*mut bindings::nvidia_p2p_page_table>,
+    /// get_pages' out-parameter: where NVIDIA writes the table's address.
+    table_out: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
     state: SpinLock<State>,
-    /// Signalled when a user of the table or a mapping call is done (`State::users` or
-    /// `State::mappers` went down), for the releasing thread that waits for them.
+    /// Signalled when an [`Access`] or a [`Mapper`] ends, for the releasing thread that waits
+    /// for them.
     #[pin]
     done: CondVar,
 }
 
-// SAFETY: `table` is only dereferenced under the access protocol of the type invariants, and
-// NVIDIA's tables may be used from any thread.
+// SAFETY: the table is only dereferenced under the access protocol of the type invariants,
+// and NVIDIA's tables may be used from any thread.
 unsafe impl Send for Pinned {}
 // SAFETY: a shared `Pinned` allows no unsynchronised mutation: all mutable state is behind the
-// `state` spinlock, `table` is written only by NVIDIA inside get_pages (before any reader is
-// admitted) and dereferenced only under the access protocol of the type invariants, and
-// NVIDIA's tables may be used from any thread.
+// `state` spinlock, `table_out` is written only by NVIDIA inside get_pages (before any reader is
+// admitted), the table is dereferenced only under the access protocol of the type invariants,
+// and NVIDIA's tables may be used from any thread.
 unsafe impl Sync for Pinned {}
 
 /// How long the free callback waits for readers before it warns that they are slow.
@@ -176,10 +319,11 @@ impl Pinned {
             tokens,
             owner,
             gate,
-            table: Opaque::new(core::ptr::null_mut()),
+            table_out: Opaque::new(core::ptr::null_mut()),
             state <- new_spinlock!(
                 State {
                     phase: Phase::New,
+                    table: None,
                     users: 0,
                     mappers: 0,
                     addresses: KVVec::new(),
@@ -226,20 +370,33 @@ impl Pinned {
     pub(crate) fn pin<T: PinOwner>(owner: &Arc<T>, module: &'static ThisModule) -> Result {
         let this = owner.pinned();
         let module = ModuleRef::get(module)?;
-        {
-            let mut s = this.state.lock();
-            if s.phase != Phase::New {
-                return Err(EBUSY);
-            }
-            s.phase = Phase::Pinning;
+        this.begin_pin()?;
+        Self::get_pages(owner)?;
+        let read = this.read_table();
+        Self::finish_pin(owner, read, module)
+    }
+
+    /// `New` to `Pinning`: -EBUSY for a pin made (or being made) already.
+    fn begin_pin(&self) -> Result {
+        let mut s = self.state.lock();
+        if s.phase != Phase::New {
+            return Err(EBUSY);
         }
+        s.phase = Phase::Pinning;
+        Ok(())
+    }
+
+    /// Calls get_pages and keeps the table it wrote (`State::table`); on failure the phase
+    /// goes back to `New`. -ENXIO when the callback came before the table was kept.
+    fn get_pages<T: PinOwner>(owner: &Arc<T>) -> Result {
+        let this = owner.pinned();
         // A table NVIDIA hands out now cannot sit at an address that a late put_pages or
         // dma_map_pages still names (crate::gate).
         let pass = this.gate.enter(Side::Pin);
         let ret = match this.kind {
             PinKind::Callback => {
                 let data = Arc::into_raw(owner.clone()).cast_mut().cast::<c_void>();
-                // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table` is ours
+                // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table_out` is ours
                 // to write; `data` is a reference to `owner` that the callback consumes
                 // (free_callback::<T>), or we take back below if nothing was pinned.
                 let ret = unsafe {
@@ -247,7 +404,7 @@ impl Pinned {
                         this.tokens,
                         this.range.start(),
                         this.range.len(),
-                        this.table.get(),
+                        this.table_out.get(),
                         Some(free_callback::<T>),
                         data,
                     )
@@ -259,37 +416,67 @@ impl Pinned {
                 ret
             }
             PinKind::Persistent if !this.tokens.are_default() => EINVAL.to_errno(),
-            // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table` is ours to
+            // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table_out` is ours to
             // write.
             PinKind::Persistent => unsafe {
-                raw_get_pages_persistent(this.range.start(), this.range.len(), this.table.get())
+                raw_get_pages_persistent(this.range.start(), this.range.len(), this.table_out.get())
             },
         };
         drop(pass);
+        let mut s = this.state.lock();
         if let Err(e) = nv_result(ret) {
-            this.state.lock().phase = Phase::New;
+            s.phase = Phase::New;
             return Err(e);
         }
+        if s.phase == Phase::Revoked {
+            // The callback ran already and freed the table.
+            return Err(ENXIO);
+        }
+        // SAFETY: get_pages succeeded, so NVIDIA wrote `table_out` (type invariant).
+        let Some(table) = NonNull::new(unsafe { *this.table_out.get() }) else {
+            // Not a table: nothing to read or give back. NVIDIA's reference to a callback
+            // pin's owner stays with it, and the phase stays `Pinning`.
+            pr_err!(
+                "nv-p2p get_pages({:#x}) returned no table\n",
+                this.range.start()
+            );
+            return Err(EIO);
+        };
+        // INVARIANT: the table get_pages wrote for this pin, alive until given back or
+        // revoked (the callback has not run: the phase is not Revoked).
+        s.table = Some(Table(table));
+        Ok(())
+    }
 
-        // Readers must not sleep while they hold access: size first, allocate, then copy.
-        let read = this
-            .read(|table| {
-                check_table(table, &this.range)?;
-                // SAFETY: the table is live while `read` runs us and passed check_table; the
-                // pointer is NVIDIA's own, valid for the whole table (a 2.x table is longer
-                // than the struct of a 1.x header).
-                let cacheable = unsafe { table_cpu_cacheable(*this.table.get()) };
-                Ok((table.entries as usize, cacheable))
-            })
-            .and_then(|(n, cacheable)| {
-                let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
-                this.read(|table| {
-                    // SAFETY: the table is live while `read` runs us, passed check_table and
-                    // has `n` entries.
-                    unsafe { copy_bus_addresses(table, n, &mut addresses) }
-                })?;
-                Ok((addresses, cacheable))
-            });
+    /// Checks the table and copies its addresses. Readers must not sleep while they hold
+    /// access: size first, allocate, then copy.
+    fn read_table(&self) -> Result<(KVVec<u64>, bool)> {
+        let pinning = [Phase::Pinning];
+        let (n, cacheable) = {
+            let access = Access::take(self, &mut self.state.lock(), &pinning)?;
+            check_table(access.table(), &self.range)?;
+            // SAFETY: the table is live while access is held and passed check_table; the
+            // pointer is NVIDIA's own, valid for the whole table (a 2.x table is longer than
+            // the struct of a 1.x header).
+            let cacheable = unsafe { table_cpu_cacheable(access.table.0.as_ptr()) };
+            (access.table().entries as usize, cacheable)
+        };
+        let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let access = Access::take(self, &mut self.state.lock(), &pinning)?;
+        // SAFETY: the table is live while access is held, passed check_table and has `n`
+        // entries.
+        unsafe { copy_bus_addresses(access.table(), n, &mut addresses) }?;
+        Ok((addresses, cacheable))
+    }
+
+    /// `Pinning` to `Valid` with what [`Pinned::read_table`] read; a table it could not read
+    /// is given back at once.
+    fn finish_pin<T: PinOwner>(
+        owner: &Arc<T>,
+        read: Result<(KVVec<u64>, bool)>,
+        module: ModuleRef,
+    ) -> Result {
+        let this = owner.pinned();
         let mut s = this.state.lock();
         match read {
             Ok((addresses, cacheable)) if s.phase == Phase::Pinning => {
@@ -312,41 +499,6 @@ impl Pinned {
                 Err(e)
             }
         }
-    }
-
-    /// Runs `f` on the table with access held, unless the table is gone (-ENXIO).
-    ///
-    /// `f` must not sleep nor take a lock, as for [`Pinned::with_access`].
-    fn read<R>(&self, f: impl FnOnce(&bindings::nvidia_p2p_page_table) -> Result<R>) -> Result<R> {
-        self.with_access(|| {
-            // SAFETY: with access held and the phase not `Revoked`, the callback has not
-            // returned, so the table NVIDIA wrote is alive (type invariant).
-            let table = unsafe { &**self.table.get() };
-            f(table)
-        })
-    }
-
-    /// Runs `f` while the callback cannot complete: it waits for `users` to drop to zero.
-    ///
-    /// `f` must not sleep nor take a lock: the callback waits for it under NVIDIA's lock.
-    fn with_access<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
-        {
-            let mut s = self.state.lock();
-            if !matches!(s.phase, Phase::Pinning | Phase::Valid) {
-                return Err(ENXIO);
-            }
-            s.users += 1;
-        }
-        let r = f();
-        self.end_use();
-        r
-    }
-
-    /// Ends a use of the table taken with `State::users`, and wakes the releasing thread that
-    /// may be waiting for the last one ([`Pinned::end_use_and_wait`]).
-    fn end_use(&self) {
-        self.state.lock().users -= 1;
-        self.done.notify_all();
     }
 
     /// Copies the bus addresses of pages `first..first + out.capacity()` into `out`, or the
@@ -386,18 +538,15 @@ impl Pinned {
     /// holds no lock of gdrpeer's and never waits for NVIDIA's lock, so the callback's wait
     /// stays bounded). Fails with -ENXIO unless the pin is valid, -EINVAL beyond the range.
     pub(crate) fn with_bus_address<R>(&self, page: usize, f: impl FnOnce(u64) -> R) -> Result<R> {
-        let address = {
+        let (address, _access) = {
             let mut s = self.state.lock();
             if s.phase != Phase::Valid {
                 return Err(ENXIO);
             }
             let address = *s.addresses.get(page).ok_or(EINVAL)?;
-            s.users += 1;
-            address
+            (address, Access::take(self, &mut s, &[Phase::Valid])?)
         };
-        let r = f(address);
-        self.end_use();
-        Ok(r)
+        Ok(f(address))
     }
 
     /// Makes (once per peer) a DMA mapping of the whole pin for `peer`.
@@ -405,11 +554,7 @@ impl Pinned {
     /// Fails with -ENXIO once revoked or released, or with nv-p2p's error.
     pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result {
         let key = sys::pci_dev_ptr(peer) as usize;
-        let mapped = |s: &State| match s.phase {
-            Phase::Valid => Ok(s.maps.get(&key).is_some()),
-            _ => Err(ENXIO),
-        };
-        if mapped(&self.state.lock())? {
+        if self.mapped(&self.state.lock(), key)? {
             return Ok(());
         }
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
@@ -417,56 +562,82 @@ impl Pinned {
         // the check, no pin of ours gets its address until the call below has returned, so
         // the call cannot map another pin's table (crate::gate).
         let pass = self.gate.enter(Side::Use);
-        {
-            let mut s = self.state.lock();
-            if mapped(&s)? {
-                return Ok(());
-            }
-            // An unpin waits for us before put_pages (see `unpin`); a callback does not.
-            s.mappers += 1;
-        }
-        let mut map = core::ptr::null_mut();
-        // No access is held across the call: the callback may run meanwhile (it holds
-        // NVIDIA's lock, so not during the call itself), and the phase is checked after.
-        // SAFETY: the table is live while the phase is Valid (checked above); a free in the
-        // window since then is the one race the nv-p2p API leaves to its clients
-        // (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps the
-        // freed address from naming a table of ours meanwhile.
-        let made = nv_result(unsafe { raw_dma_map(peer, *self.table.get(), &mut map) })
-            .and_then(|()| NonNull::new(map).ok_or(EIO));
+        let Some(mapper) = self.begin_dma_map(key)? else {
+            return Ok(());
+        };
+        let made = mapper.map_pages(peer);
         drop(pass);
         let map = match made {
             Ok(map) => map,
             Err(e) => {
                 let mut s = self.state.lock();
-                s.mappers -= 1;
-                self.done.notify_all();
+                mapper.finish(&mut s);
                 // Freed under the call: report it as every later access does.
                 return Err(if s.phase == Phase::Revoked { ENXIO } else { e });
             }
         };
-        let read = self
-            .with_access(|| {
-                // SAFETY: with access held and the phase Valid, the callback has not returned,
-                // so the mapping NVIDIA just made is alive.
-                let m = unsafe { map.as_ref() };
-                check_dma_mapping(m, &self.range)
-            })
-            .and_then(|n| {
-                let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
-                self.with_access(|| {
-                    // SAFETY: with access held and the phase Valid, the callback has not
-                    // returned, so the mapping is alive; it passed check_dma_mapping, which
-                    // gave `n`.
-                    unsafe { copy_dma_addresses(map.as_ref(), n, &mut addresses) }
-                })?;
-                Ok(addresses)
-            });
+        let read = self.read_dma_map(map);
+        self.finish_dma_map(mapper, peer, map, read, node)
+    }
+
+    /// Whether `peer` (by `key`) has a mapping: -ENXIO unless the pin is valid.
+    fn mapped(&self, s: &State, key: usize) -> Result<bool> {
+        match s.phase {
+            Phase::Valid => Ok(s.maps.get(&key).is_some()),
+            _ => Err(ENXIO),
+        }
+    }
+
+    /// Counts a mapper, unless `peer` (by `key`) has a mapping already (`None`). -ENXIO
+    /// unless the pin is valid.
+    fn begin_dma_map(&self, key: usize) -> Result<Option<Mapper<'_>>> {
         let mut s = self.state.lock();
-        s.mappers -= 1;
-        self.done.notify_all();
+        if self.mapped(&s, key)? {
+            return Ok(None);
+        }
+        let table = s.table.ok_or(ENXIO)?;
+        s.mappers += 1;
+        // INVARIANT: counted with the phase Valid (`mapped`) and the state's table.
+        Ok(Some(Mapper {
+            pinned: self,
+            table,
+        }))
+    }
+
+    /// Checks the mapping NVIDIA just made and copies its DMA addresses, holding access:
+    /// size first, allocate, then copy.
+    fn read_dma_map(&self, map: NonNull<bindings::nvidia_p2p_dma_mapping>) -> Result<KVVec<u64>> {
+        let valid = [Phase::Valid];
+        let n = {
+            let _access = Access::take(self, &mut self.state.lock(), &valid)?;
+            // SAFETY: with access held and the phase Valid, the callback has not returned, so
+            // the mapping NVIDIA just made is alive.
+            check_dma_mapping(unsafe { map.as_ref() }, &self.range)?
+        };
+        let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
+        let _access = Access::take(self, &mut self.state.lock(), &valid)?;
+        // SAFETY: with access held and the phase Valid, the callback has not returned, so the
+        // mapping is alive; it passed check_dma_mapping, which gave `n`.
+        unsafe { copy_dma_addresses(map.as_ref(), n, &mut addresses) }?;
+        Ok(addresses)
+    }
+
+    /// Keeps the mapping with what [`Pinned::read_dma_map`] read, or gives it back: when it
+    /// could not be read, another thread mapped `peer` meanwhile, or the pin is being
+    /// released.
+    fn finish_dma_map(
+        &self,
+        mapper: Mapper<'_>,
+        peer: &ARef<pci::Device>,
+        map: NonNull<bindings::nvidia_p2p_dma_mapping>,
+        read: Result<KVVec<u64>>,
+        node: RBTreeNodeReservation<usize, DmaMap>,
+    ) -> Result {
+        let key = sys::pci_dev_ptr(peer) as usize;
+        let mut s = self.state.lock();
         match read {
             Ok(addresses) if s.phase == Phase::Valid && s.maps.get(&key).is_none() => {
+                mapper.finish(&mut s);
                 // INVARIANT: the mapping is checked and its addresses copied.
                 let dma = DmaMap {
                     peer: peer.clone(),
@@ -477,16 +648,18 @@ impl Pinned {
                 Ok(())
             }
             // Revoked since: NVIDIA frees the mapping with the table.
-            _ if s.phase == Phase::Revoked => Err(ENXIO),
+            _ if s.phase == Phase::Revoked => {
+                mapper.finish(&mut s);
+                Err(ENXIO)
+            }
             read => {
-                // Unreadable, a duplicate, or the pin is being released: give it back, as a
-                // use of the table that a callback waits for (see `unpin`).
-                s.users += 1;
+                // A use of the table that a callback waits for, as an unpin's unmaps are.
+                let access = mapper.into_access(&mut s);
                 drop(s);
-                // SAFETY: the mapping is ours and not in `maps`; the phase is not Revoked and
-                // `users` keeps a callback from letting the table go until we are done.
-                unsafe { raw_dma_unmap(peer, *self.table.get(), map.as_ptr()) };
-                self.end_use();
+                // SAFETY: the mapping is ours and not in `maps`; access is held, so the table
+                // and the mapping are alive.
+                unsafe { raw_dma_unmap(peer, access.table.0.as_ptr(), map.as_ptr()) };
+                drop(access);
                 read.map(|_| ())
             }
         }
@@ -506,12 +679,7 @@ impl Pinned {
     /// until NVIDIA calls back: the callback then frees it ([`Unpinned::LeftForCallback`]).
     pub(crate) fn unpin<T: PinOwner>(owner: &Arc<T>) -> Unpinned {
         let this = owner.pinned();
-        let settled = |phase| match phase {
-            Phase::Revoked => Some(Unpinned::Revoked),
-            Phase::New | Phase::Released | Phase::Releasing => Some(Unpinned::Released),
-            Phase::Pinning | Phase::Valid => None,
-        };
-        if let Some(done) = settled(this.phase()) {
+        if let Some(done) = Self::settled(this.phase()) {
             return done;
         }
         if !this.may_unpin_here() {
@@ -522,48 +690,60 @@ impl Pinned {
         // returned, so that put_pages cannot release another pin (crate::gate). A persistent
         // pin is never called back.
         let pass = (this.kind == PinKind::Callback).then(|| this.gate.enter(Side::Use));
-        let maps = {
-            let mut s = this.state.lock();
-            if let Some(done) = settled(s.phase) {
-                return done;
-            }
-            s.phase = Phase::Releasing;
-            // The unmaps below count as a use of the table: a callback that comes meanwhile
-            // waits for them before NVIDIA frees the table. dma_unmap_pages takes no NVIDIA
-            // lock (only the mapping list's own), so that wait cannot deadlock.
-            s.users += 1;
-            core::mem::take(&mut s.maps)
+        let release = match this.begin_release() {
+            Ok(release) => release,
+            Err(done) => return done,
         };
-        // SAFETY: the phase was Valid and we moved it to Releasing: nobody else gives the
-        // table back. The table stays alive until `users` drops: a callback waits for us.
-        let table = unsafe { *this.table.get() };
-        for (_, dma) in maps.iter() {
-            // SAFETY: the table and its mappings stay alive while `users` is raised (a
-            // callback waits for us), and the mappings were taken out of `maps`, so each is
-            // unmapped once; it belongs to this table and `dma.peer`.
-            let ret = unsafe { raw_dma_unmap(&dma.peer, table, dma.map.as_ptr()) };
-            if ret != 0 {
-                pr_warn!(
-                    "nv-p2p dma_unmap_pages({:#x}): {}\n",
-                    this.range.start(),
-                    ret
-                );
-            }
+        let table = release.unmap_all(&this.range);
+        let ret = this.put_table(table);
+        drop(pass);
+        Self::finish_release(owner, ret)
+    }
+
+    /// What [`Pinned::unpin`] answers at once in `phase`, or `None` for a pin to give back.
+    fn settled(phase: Phase) -> Option<Unpinned> {
+        match phase {
+            Phase::Revoked => Some(Unpinned::Revoked),
+            Phase::New | Phase::Released | Phase::Releasing => Some(Unpinned::Released),
+            Phase::Pinning | Phase::Valid => None,
         }
-        drop(maps);
-        // A racing DMA_MAP may be unmapping a mapping it made too late: let it finish, so
-        // that put_pages finds no mapping live.
-        this.end_use_and_wait();
-        let ret = match this.kind {
+    }
+
+    /// `Valid` (or `Pinning`) to `Releasing`: takes the DMA mappings out, with access held
+    /// for their unmaps. What `unpin` answers instead for a pin in another phase.
+    fn begin_release(&self) -> core::result::Result<Release<'_>, Unpinned> {
+        let mut s = self.state.lock();
+        if let Some(done) = Self::settled(s.phase) {
+            return Err(done);
+        }
+        let access = Access::take(self, &mut s, &[Phase::Pinning, Phase::Valid])
+            .map_err(|_| Unpinned::Released)?;
+        s.phase = Phase::Releasing;
+        let maps = core::mem::take(&mut s.maps);
+        Ok(Release { access, maps })
+    }
+
+    /// Calls put_pages for `table`, the table a [`Release`] of this pin ended with.
+    fn put_table(&self, table: Table) -> c_int {
+        match self.kind {
             // SAFETY: we are the pinning process (may_unpin_here) and own the table; should
             // the callback have freed it meanwhile, the gate keeps its address from naming
             // another pin of ours, and NVIDIA finds nothing under the key.
-            PinKind::Callback => unsafe { raw_put_pages(this.tokens, this.range.start(), table) },
+            PinKind::Callback => unsafe {
+                raw_put_pages(self.tokens, self.range.start(), table.0.as_ptr())
+            },
             // SAFETY: the table came from get_pages_persistent for this range, and we moved
-            // the phase from Valid to Releasing: nobody else gives it back, so this is once.
-            PinKind::Persistent => unsafe { raw_put_pages_persistent(this.range.start(), table) },
-        };
-        drop(pass);
+            // the phase to Releasing: nobody else gives it back, so this is once.
+            PinKind::Persistent => unsafe {
+                raw_put_pages_persistent(self.range.start(), table.0.as_ptr())
+            },
+        }
+    }
+
+    /// `Releasing` to `Released` after put_pages answered `ret`, and the callback's
+    /// reference given back; `Revoked` when the callback won the race.
+    fn finish_release<T: PinOwner>(owner: &Arc<T>, ret: c_int) -> Unpinned {
+        let this = owner.pinned();
         let mut s = this.state.lock();
         if s.phase == Phase::Revoked {
             // The callback won the race and consumed its reference.
@@ -579,6 +759,7 @@ impl Pinned {
             return Unpinned::LeftForCallback;
         }
         s.phase = Phase::Released;
+        s.table = None;
         let module = s._module.take();
         drop(s);
         if this.kind == PinKind::Callback {
@@ -590,24 +771,17 @@ impl Pinned {
         Unpinned::Released
     }
 
-    /// Ends the releasing thread's use of the table, then waits for other users (readers
-    /// copying addresses, a racing DMA_MAP unmapping) and for DMA_MAPs inside
-    /// `dma_map_pages`, so that put_pages finds no mapping live. None of them waits for
-    /// this thread.
-    fn end_use_and_wait(&self) {
-        let mut s = self.state.lock();
-        s.users -= 1;
-        while s.users > 0 || s.mappers > 0 {
-            self.done.wait(&mut s);
-        }
-    }
-
     /// The free callback's work: withdraw access, wait for readers, tell the owner (peers
     /// and CPU mappings stop using the addresses), free the mappings and the table. Runs
     /// under NVIDIA's global lock.
     fn revoke<T: PinOwner>(owner: &T) {
         let this = owner.pinned();
-        this.state.lock().phase = Phase::Revoked;
+        {
+            let mut s = this.state.lock();
+            s.phase = Phase::Revoked;
+            // No access can be taken from here on; those held keep their own copy.
+            s.table = None;
+        }
         // No reader is left once this returns, and none can come (the phase is Revoked): a
         // fault inserting a page-table entry ([`Pinned::with_bus_address`]) is done before
         // the owner zaps the CPU mappings, so none survives the zap.
@@ -658,8 +832,61 @@ impl Pinned {
             unsafe { bindings::nvidia_p2p_free_dma_mapping(dma.map.as_ptr()) };
         }
         drop(maps);
-        // SAFETY: called from the free callback; NVIDIA wrote the table before calling back.
-        unsafe { bindings::nvidia_p2p_free_page_table(*self.table.get()) };
+        // SAFETY: called from the free callback, NVIDIA calls only after it wrote
+        // `table_out` (type invariant).
+        unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for Pinned {
+    fn drop(self: Pin<&mut Self>) {
+        // A callback pin cannot get here with a table: NVIDIA holds a reference to its owner
+        // until the callback, or a successful put_pages, which clears the table. A
+        // persistent pin dropped without its put_pages keeps NVIDIA's pages pinned for good.
+        if kernel::warn_on!(self.state.lock().table.is_some()) {
+            pr_err!(
+                "pin {:#x}+{:#x} dropped with its table still pinned\n",
+                self.range.start(),
+                self.range.len()
+            );
+        }
+    }
+}
+
+impl Mapper<'_> {
+    /// Calls `dma_map_pages` for `peer`: the mapping NVIDIA made, or its error.
+    fn map_pages(
+        &self,
+        peer: &ARef<pci::Device>,
+    ) -> Result<NonNull<bindings::nvidia_p2p_dma_mapping>> {
+        let mut map = core::ptr::null_mut();
+        // SAFETY: the table was live when this mapper was counted with the phase Valid
+        // (`Table` invariant); a free since then is the one race the nv-p2p API leaves to its
+        // clients (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps
+        // the freed address from naming a table of ours meanwhile.
+        nv_result(unsafe { raw_dma_map(peer, self.table.0.as_ptr(), &mut map) })?;
+        NonNull::new(map).ok_or(EIO)
+    }
+}
+
+impl Release<'_> {
+    /// Unmaps the mappings taken out, then ends the access and waits for other users (a
+    /// racing DMA_MAP giving back a mapping it made too late) and for mappers, so that
+    /// put_pages finds no mapping live. The table to give back.
+    fn unmap_all(self, range: &GpuRange) -> Table {
+        let table = self.access.table.0.as_ptr();
+        for (_, dma) in self.maps.iter() {
+            // SAFETY: the table and its mappings stay alive while access is held (a callback
+            // waits for us), and the mappings were taken out of the state, so each is
+            // unmapped once; it belongs to this table and `dma.peer`.
+            let ret = unsafe { raw_dma_unmap(&dma.peer, table, dma.map.as_ptr()) };
+            if ret != 0 {
+                pr_warn!("nv-p2p dma_unmap_pages({:#x}): {}\n", range.start(), ret);
+            }
+        }
+        drop(self.maps);
+        self.access.end_and_wait()
     }
 }
 
