@@ -430,7 +430,7 @@ impl Pinned {
         // NVIDIA's lock, so not during the call itself), and the phase is checked after.
         // SAFETY: the table is live while the phase is Valid (checked above); a free in the
         // window since then is the one race the nv-p2p API leaves to its clients
-        // (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps the
+        // (Documentation/dev/design.rst, "The DMA-mapping window"), and the gate keeps the
         // freed address from naming a table of ours meanwhile.
         let made = nv_result(unsafe { raw_dma_map(peer, *self.table.get(), &mut map) })
             .and_then(|()| NonNull::new(map).ok_or(EIO));

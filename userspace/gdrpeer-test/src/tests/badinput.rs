@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `gdrpeer-bad-input-table`: every row of the bad-input table in Documentation/uapi.rst,
+//! `gdrpeer-bad-input-table`: every row of the bad-input table in Documentation/user/uapi.rst,
 //! checked. The table is read from the document itself, so a row without a check here, or a
 //! check without a row there, fails the test.
 
@@ -18,7 +18,7 @@ use rustix::{
 };
 use std::collections::BTreeMap;
 
-const UAPI_RST: &str = include_str!("../../../../Documentation/uapi.rst");
+const UAPI_RST: &str = include_str!("../../../../Documentation/user/uapi.rst");
 
 /// The rows of the "Bad input" table: (row, errno name).
 fn table() -> Result<Vec<(String, String)>, String> {
