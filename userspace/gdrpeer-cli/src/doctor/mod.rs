@@ -678,7 +678,7 @@ fn device_node(ctx: &Context, node: &str) -> Finding {
         "add the user to group gdrpeer (sudo usermod -aG gdrpeer $USER) and log in again"
             .to_string()
     } else {
-        "install udev/70-gdrpeer.rules (make install does), create the group (sudo groupadd --system gdrpeer), add the user (sudo usermod -aG gdrpeer $USER), then sudo udevadm trigger --subsystem-match=misc (Documentation/dev/building.rst, The udev rule)".to_string()
+        "install udev/70-gdrpeer.rules (make install does), create the group (sudo groupadd --system gdrpeer), add the user (sudo usermod -aG gdrpeer $USER), then sudo udevadm trigger --subsystem-match=misc (Documentation/user/configuration.rst, Device permissions)".to_string()
     };
     f.fix(fix)
 }
@@ -990,7 +990,7 @@ fn module_signature(ctx: &Context) -> Finding {
         } else {
             "no gdrpeer.ko installed for this kernel".into()
         };
-        return Finding::new(c, Status::Warn, s).fix("install gdrpeer with DKMS, which signs it with its key (Documentation/dev/building.rst, DKMS, Secure Boot and the MOK key)");
+        return Finding::new(c, Status::Warn, s).fix("install gdrpeer with DKMS, which signs it with its key (Documentation/user/troubleshooting.rst, Secure Boot)");
     };
     // The signer, from modinfo where it runs; else the signature marker of an
     // uncompressed module.
