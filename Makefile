@@ -65,11 +65,11 @@ modules: kdir-check
 
 # Rust modules need the kernel's Rust metadata in KDIR, which the header
 # packages of distribution kernels lack: scripts/prepare-kdir --check says so
-# and what to do (Documentation/building.rst).
+# and what to do (Documentation/dev/building.rst).
 kdir-check:
 	@$(CURDIR)/scripts/prepare-kdir --check $(KDIR) >/dev/null
 
-# Installation (Documentation/building.rst). DESTDIR stages everything under
+# Installation (Documentation/dev/building.rst). DESTDIR stages everything under
 # another root; INSTALL_MOD_PATH, for the module, defaults to it.
 #   gdrpeer.ko        $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)/
 #   uAPI header       $(includedir)/gdrpeer/gdrpeer.h

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * gdrpeer kernel API: GPU memory registration for PCIe peer drivers (RDMA
- * NICs). See Documentation/kernel-api.rst.
+ * NICs). See Documentation/user/kernel-api.rst.
  *
  * A NIC driver creates a context in the process that registers memory (the
  * process that owns the GPU memory, as for ibv_reg_mr), pins GPU virtual
@@ -90,7 +90,7 @@ void gdrpeer_mr_unpin(struct gdrpeer_mr *mr);
  * Since 1.1: exports [va, va + len) of the context's process's GPU memory,
  * widened to whole 64 KiB pages and pinned from the context's cache, as a
  * dma-buf for importers that take peer-to-peer memory and handle invalidation
- * (Documentation/dma-buf.rst). Sets *@offset to va's offset in it. The
+ * (Documentation/user/dma-buf.rst). Sets *@offset to va's offset in it. The
  * dma-buf keeps its region pinned until its last reference goes, even after
  * gdrpeer_ctx_destroy(); when the NVIDIA driver frees the memory, every
  * importer is invalidated and waited for. Call from the context's process.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! dma-buf export of pinned windows, for `/dev/gdrpeer`'s EXPORT_DMABUF and the kernel API's
-//! `gdrpeer_dmabuf_export` (Documentation/dma-buf.rst).
+//! `gdrpeer_dmabuf_export` (Documentation/user/dma-buf.rst).
 //!
 //! An [`Export`] is the exporter of one dma-buf: a window of a region, with a reference on the
 //! region that keeps it pinned and in use for as long as the dma-buf lives, whatever happens to

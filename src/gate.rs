@@ -143,7 +143,7 @@ impl Gate {
     /// Waits until a call of `side` may run; it runs until the pass is dropped.
     ///
     /// May sleep. The caller must not hold anything that an admitted call of either side, or
-    /// NVIDIA's free callback, waits for (Documentation/design.rst, "Locks").
+    /// NVIDIA's free callback, waits for (Documentation/dev/design.rst, "Locks").
     pub(crate) fn enter(&self, side: Side) -> Pass<'_> {
         let mut turns = self.turns.lock();
         if let Some(ticket) = turns.arrive(side) {

@@ -2,7 +2,7 @@
 
 //! `/dev/gdrdrv`: the gdrdrv ABI (gdrcopy 2.6) over gdrpeer's pin engine, so that programs
 //! built on libgdrapi (UCX, NCCL, NVSHMEM, MPIs) use gdrpeer's cache and callback handling
-//! unchanged. The ABI is in `include/uapi/gdrpeer-gdrdrv.h`; Documentation/gdrdrv.rst says
+//! unchanged. The ABI is in `include/uapi/gdrpeer-gdrdrv.h`; Documentation/user/gdrdrv.rst says
 //! where gdrpeer differs from gdrdrv on purpose.
 //!
 //! Each open file is a [`Context`] of the opening process, as on `/dev/gdrpeer`, whose
@@ -13,7 +13,7 @@
 //! stays cached for the next PIN), a mapping is withdrawn when the memory is freed, and the
 //! file reports revocations as events. Every ioctl, mmap and read must come from the opening
 //! process (-EACCES). REQ_MAPPING_TYPE and mmap check what gdrdrv checks, in its order
-//! (Documentation/gdrdrv.rst): one mapping per handle, of a pin that starts on a GPU page,
+//! (Documentation/user/gdrdrv.rst): one mapping per handle, of a pin that starts on a GPU page,
 //! from the window's first byte.
 //!
 //! The device is registered only when `gdrdrv=1` (the default) and no `/dev/gdrdrv` exists:
@@ -306,7 +306,7 @@ impl MiscDevice for GdrdrvFile {
                     a.val = match a.attr {
                         // Callback pins: revocable, and P2P tokens are honoured.
                         abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
-                        // Forcing PCIe needs the persistent API's flag (gdrdrv.rst).
+                        // Forcing PCIe needs the persistent API's flag (Documentation/user/gdrdrv.rst).
                         abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
                         _ => return Err(EINVAL),
                     };

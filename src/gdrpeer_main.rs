@@ -30,7 +30,7 @@
 //!
 //! # Layers
 //!
-//! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
+//! Each file uses only the layers above it (Documentation/dev/design.rst, "Source map"):
 //!
 //! 1. The macros of the modules over bindgen's output ([`bindgen`]), kernel services the
 //!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], `poll` for misc
@@ -46,7 +46,7 @@
 //!
 //! # Lock order
 //!
-//! Locks are taken in this order (Documentation/design.rst explains why):
+//! Locks are taken in this order (Documentation/dev/design.rst explains why):
 //!
 //! 1. `Context::inner` (mutex, [`cache`]): the cache of one context. Held across nv-p2p calls.
 //! 2. The table gate's admission ([`gate`]): held across the get_pages, put_pages or
@@ -85,7 +85,7 @@
 //! run under it and take only locks of level 4. `attach`, which calls nv-p2p, runs without it,
 //! as does a dma-buf's `release` (which takes lock 1).
 
-// The layers, each using only those above it (Documentation/design.rst, "Source map"):
+// The layers, each using only those above it (Documentation/dev/design.rst, "Source map"):
 // kernel services and the nv-p2p wrapper; the pin engine; the front-ends. `bindgen` comes
 // first: its macros serve the modules declared after it.
 #[macro_use]

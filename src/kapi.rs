@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The kernel API for peer drivers (`include/gdrpeer-kapi.h`, Documentation/kernel-api.rst).
+//! The kernel API for peer drivers (`include/gdrpeer-kapi.h`, Documentation/user/kernel-api.rst).
 //!
 //! The functions are defined here as `gdrpeer_rs_*` and wrapped and exported by
 //! `src/kapi-exports.c`. Each one is assigned to a function-pointer field that bindgen

@@ -2,7 +2,7 @@
 /*
  * The gdrdrv ABI as gdrpeer's /dev/gdrdrv speaks it: what libgdrapi (gdrcopy
  * 2.x) sends, so that its programs run on gdrpeer unchanged. Command numbers,
- * layouts and semantics are gdrdrv 2.6's; Documentation/gdrdrv.rst lists where
+ * layouts and semantics are gdrdrv 2.6's; Documentation/user/gdrdrv.rst lists where
  * gdrpeer behaves differently on purpose (lazy unpin, several mappings per
  * pin, invalidation events) and its one extension flag.
  *

@@ -863,7 +863,7 @@ impl Mapper<'_> {
         let mut map = core::ptr::null_mut();
         // SAFETY: the table was live when this mapper was counted with the phase Valid
         // (`Table` invariant); a free since then is the one race the nv-p2p API leaves to its
-        // clients (Documentation/design.rst, "The DMA-mapping window"), and the gate keeps
+        // clients (Documentation/dev/design.rst, "The DMA-mapping window"), and the gate keeps
         // the freed address from naming a table of ours meanwhile.
         nv_result(unsafe { raw_dma_map(peer, self.table.0.as_ptr(), &mut map) })?;
         NonNull::new(map).ok_or(EIO)

@@ -687,7 +687,7 @@ out:
  * dma-bufs, driven by a seeded generator, all released before the call
  * returns. The session's own contexts belong to the caller; the file's
  * context to the file's opener. Each outcome is checked against what
- * Documentation/kernel-api.rst allows for the call, as a mask of outcomes.
+ * Documentation/user/kernel-api.rst allows for the call, as a mask of outcomes.
  */
 #define FUZZ_CTXS	2			/* the session's own contexts */
 #define FUZZ_FILE_CTX	FUZZ_CTXS		/* then the file's */

@@ -118,7 +118,7 @@ struct gdrnic_segs_args {
 /*
  * FUZZ: the module itself makes @ops random calls of gdrpeer's kernel API
  * (include/gdrpeer-kapi.h), seeded by @seed, and checks each outcome against
- * Documentation/kernel-api.rst: contexts created and destroyed (in the
+ * Documentation/user/kernel-api.rst: contexts created and destroyed (in the
  * caller and from kernel threads), pins of windows, of ranges running past
  * an allocation's end, of bad lengths, of memory that is not GPU memory and
  * with NULL arguments, unpins (during and after an invalidate callback),

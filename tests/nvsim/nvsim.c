@@ -6,7 +6,7 @@
  * memory and as GPU BAR1: page tables carry real PCI bus addresses inside
  * that BAR, so a peer device can DMA to them. It exports the nv-p2p functions
  * with the C ABI of nv-p2p.h and reproduces the behaviour a peer module meets
- * in the real driver (Documentation/nvsim.rst lists it, with the place in
+ * in the real driver (Documentation/dev/nvsim.rst lists it, with the place in
  * NVIDIA's open modules each behaviour comes from):
  *
  * - 64 KiB alignment of va and len; a NULL callback rejected, NULL callback
@@ -207,7 +207,7 @@ static struct {
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
 	/*
 	 * dma_map_pages calls that read a live table and found it freed once they
-	 * had the lock: the window every nv-p2p client is left (design.rst, "The
+	 * had the lock: the window every nv-p2p client is left (Documentation/dev/design.rst, "The
 	 * DMA-mapping window"), counted apart from client_errors so that a run
 	 * says how often it was entered.
 	 */

@@ -62,7 +62,7 @@ test_rmmod_order() {
 
 # --- nvsim: the NVIDIA side behaves as the real driver does ----------------
 
-# nvsim-test reports one result per behaviour (Documentation/nvsim.rst).
+# nvsim-test reports one result per behaviour (Documentation/dev/nvsim.rst).
 # Unloads the modules above and including nvsim, whatever the tests before left.
 nvsim_suite() {
 	unload_nv_stack

@@ -67,7 +67,7 @@ demo_dmabuf_pinned() {
 	unload_wait gdrnic gdrpeer nvsim || fail "rmmod"
 }
 
-# gdrpeer doctor (Documentation/doctor.rst) before gdrpeer is loaded, then with
+# gdrpeer doctor (Documentation/user/doctor.rst) before gdrpeer is loaded, then with
 # everything loaded: what would stop GPUDirect, each with its fix, then nothing.
 demo_doctor() {
 	echo "# nvsim alone: doctor says what is missing and how to fix it (exit status 1)"

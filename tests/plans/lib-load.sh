@@ -5,7 +5,7 @@
 
 # dma_map_window: how often the run entered the DMA-mapping window (nvsim's
 # dma_map_window: dma_map_pages calls whose table was freed while they waited
-# for NVIDIA's lock; Documentation/design.rst), a figure for the log.
+# for NVIDIA's lock; Documentation/dev/design.rst), a figure for the log.
 dma_map_window() {
 	echo "DMA-mapping window entered: $(awk '$1 == "dma_map_window" { print $2 }' \
 		/sys/kernel/debug/nvsim/stats) dma_map_pages calls"

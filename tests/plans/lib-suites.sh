@@ -26,7 +26,7 @@ results() {
 	[ "$rc" -le 1 ] || echo "@@ RESULT FAIL $rname$rsuffix exited with status $rc"
 }
 
-# gdrpeer-test reports one result per case (Documentation/testing.rst). A small
+# gdrpeer-test reports one result per case (Documentation/dev/testing.rst). A small
 # region limit lets it see LRU eviction. GDRPEER_FILTER picks the cases (the
 # plan's filter by default), GDRPEER_SUFFIX is appended to their names,
 # GDRPEER_PARAMS replaces gdrpeer.ko's parameters, and the arguments go to
@@ -87,7 +87,7 @@ test_cli_events() {
 	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
 }
 
-# gdrpeer doctor (Documentation/doctor.rst) on the guest: nvsim's GPU on ivshmem and
+# gdrpeer doctor (Documentation/user/doctor.rst) on the guest: nvsim's GPU on ivshmem and
 # gdrnic's edu NIC, both on the root bus. $1 is what the IOMMU line must begin with
 # ("ok    iommu: off:" on the pc machine, "warn  iommu: translated, strict" behind
 # intel-iommu). With everything loaded nothing blocks (status 0); --json says the same.
@@ -237,7 +237,7 @@ test_gdrdrv_name_taken() {
 	[ ! -e /dev/gdrdrv ] || fail "/dev/gdrdrv left behind by nvsim"
 }
 
-# --- NVIDIA's proprietary flavour is refused (Documentation/building.rst) ----
+# --- NVIDIA's proprietary flavour is refused (Documentation/dev/building.rst) ----
 
 # gdrpeer needs NVIDIA's open kernel modules. Every export of the Rust kernel
 # crate is EXPORT_SYMBOL_GPL, and since Linux 5.9 the kernel refuses a module

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 # The suites with nvsim's callback rule for sub-allocated buffers set to the
-# driver's (callback_per_buffer=0, Documentation/nvsim.rst): the free callback
+# driver's (callback_per_buffer=0, Documentation/dev/nvsim.rst): the free callback
 # belongs to the pool block, the RM memory object, so freeing a small
 # cuMemAlloc buffer calls nothing back. A test that fails here, and passes in
 # check.sh (the default, per-buffer rule), requires a callback (or a SIGBUS)

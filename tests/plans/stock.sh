@@ -5,7 +5,7 @@
 # stand-in (tests/nvprop) built against the same headers. Its first argument, the
 # kernel's name (deb-7.2), is appended to every test's name. Its second, if
 # `per-block`, runs everything under nvsim's callback rule for small buffers
-# as the driver has it (callback_per_buffer=0, Documentation/nvsim.rst: the
+# as the driver has it (callback_per_buffer=0, Documentation/dev/nvsim.rst: the
 # free callback belongs to the pool block, so freeing a small cuMemAlloc
 # buffer calls nothing back); otherwise under nvsim's default, the stricter
 # per-buffer rule. tests/vm/check runs one stock kernel under each, so every

@@ -65,7 +65,7 @@ enum Cmd {
         /// Draw latency against cached regions into this SVG file.
         #[arg(long)]
         svg: Option<PathBuf>,
-        /// Print rst tables (for Documentation/performance.rst) instead of the text table.
+        /// Print rst tables (for Documentation/dev/performance.rst) instead of the text table.
         #[arg(long)]
         rst: bool,
     },

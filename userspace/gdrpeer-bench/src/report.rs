@@ -637,7 +637,7 @@ impl Report {
         s
     }
 
-    /// The same as rst tables, for Documentation/performance.rst.
+    /// The same as rst tables, for Documentation/dev/performance.rst.
     pub fn rst(&self) -> String {
         let mut rows: Vec<Vec<String>> = vec![vec![
             "Operation".into(),
@@ -937,14 +937,14 @@ mod tests {
         assert_eq!((none.figure().as_str(), none.verdict()), ("n/a", "-"));
     }
 
-    /// Runs of earlier versions (Documentation/perf) still render, targets included.
+    /// Runs of earlier versions (Documentation/dev/perf) still render, targets included.
     #[test]
     fn old_runs_render() {
         for text in [
-            include_str!("../../../Documentation/perf/bench.json"),
-            include_str!("../../../Documentation/perf/bench-mapping.json"),
-            include_str!("../../../Documentation/perf/bench-dmabuf.json"),
-            include_str!("../../../Documentation/perf/bench-2787d1b.json"),
+            include_str!("../../../Documentation/dev/perf/bench.json"),
+            include_str!("../../../Documentation/dev/perf/bench-mapping.json"),
+            include_str!("../../../Documentation/dev/perf/bench-dmabuf.json"),
+            include_str!("../../../Documentation/dev/perf/bench-2787d1b.json"),
         ] {
             let r: Report = serde_json::from_str(text).unwrap();
             assert!(r.table().contains("targets (issue 21"));

@@ -140,7 +140,7 @@ fn is_dmabuf(fd: i32) -> bool {
         .is_ok_and(|l| l.to_string_lossy().starts_with("/dmabuf:"))
 }
 
-/// What an mmap of `/dev/gdrpeer` may fail with (Documentation/uapi.rst and mmap(2)):
+/// What an mmap of `/dev/gdrpeer` may fail with (Documentation/user/uapi.rst and mmap(2)):
 /// EINVAL (unknown handle, MAP_PRIVATE, past the window, bad length or offset), ENXIO (the
 /// memory was freed), ENOMEM (no address space), EPERM (PROT_EXEC on a noexec mount),
 /// EOPNOTSUPP (MAP_SHARED_VALIDATE with a flag it does not know), EOVERFLOW (offset plus

@@ -5,7 +5,7 @@
 //! destroyed, pins of windows, of ranges past an allocation's end, of bad lengths, of memory
 //! that is not GPU memory, with NULL arguments, unpins during and after invalidate callbacks,
 //! dma-buf exports and puts, calls from kernel threads) and checks every outcome against
-//! Documentation/kernel-api.rst; a call the documentation does not allow is a failure it
+//! Documentation/user/kernel-api.rst; a call the documentation does not allow is a failure it
 //! counts and logs. Here, user space gives it GPU memory from the simulated libcuda, frees and
 //! reallocates part of that memory under the calls (`cuMemFree`: NVIDIA's free callback, then
 //! the module's invalidate callbacks, which sleep a little so that unpins meet them running),

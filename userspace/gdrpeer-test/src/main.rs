@@ -16,6 +16,7 @@
 
 mod demo;
 mod dmabuf;
+mod doctables;
 mod failnth;
 mod fuzz;
 mod gdrdrv_sanity;

@@ -7,7 +7,7 @@
 //! offset `handle << 12`, from its first byte only, once at a time, as on gdrdrv. Handles are
 //! numbered as gdrdrv numbers them (from 0, each followed by room for its window's pages) and
 //! stay below 2^32, so libgdrapi's 32-bit copy of a handle names the same pin. gdrpeer's
-//! device differs from gdrdrv where Documentation/gdrdrv.rst says: UNPIN is lazy (a re-pin
+//! device differs from gdrdrv where Documentation/user/gdrdrv.rst says: UNPIN is lazy (a re-pin
 //! of the same buffer is a cache hit; [`PIN_FLAG_GDRPEER_NOCACHE`] bypasses the cache), and
 //! revocations are queued as events ([`crate::events::EventSource`]).
 //!

@@ -81,7 +81,7 @@ fn open_hint(errno: Errno) -> &'static str {
     match errno {
         Errno::NOENT => " (is gdrpeer.ko loaded?)",
         Errno::ACCESS | Errno::PERM => {
-            " (no permission: see the udev rule in Documentation/security.rst)"
+            " (no permission: see Device permissions in Documentation/user/configuration.rst)"
         }
         _ => "",
     }

@@ -9,7 +9,7 @@
 //! driver on an x86_64 host, alone (no NVSwitch fabric, no MPS, not a coherent platform), as
 //! deviceQuery shows them; where deviceQuery does not show one, the value CUDA's
 //! documentation and published property dumps give for that GPU, to be confirmed on a real
-//! H100 (Documentation/nvsim.rst). Two kinds of row differ:
+//! H100 (Documentation/dev/nvsim.rst). Two kinds of row differ:
 //!
 //! - [`Value::PciDomain`], [`Value::PciBus`], [`Value::PciDevice`]: the PCI address of the
 //!   device nvsim drives;

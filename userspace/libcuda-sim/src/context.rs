@@ -8,7 +8,7 @@
 //! calls that need one fail with `CUDA_ERROR_INVALID_CONTEXT` until then.
 //!
 //! Which calls need one follows CUDA's driver (to be confirmed on a real GPU: see "To
-//! confirm on a real GPU" in Documentation/nvsim.rst):
+//! confirm on a real GPU" in Documentation/dev/nvsim.rst):
 //!
 //! - calls that allocate or reach memory through the current context need it:
 //!   `cuMemAlloc`, `cuMemAllocHost`, the copies, `cuMemsetD8`, `cuMemGetInfo`,

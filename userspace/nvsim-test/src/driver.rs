@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The behaviours of NVIDIA's driver that nvsim reproduces since the nv-p2p note was revised
-//! against the open modules 595 (Documentation/nvsim.rst says where each comes from): the
+//! against the open modules 595 (Documentation/dev/nvsim.rst says where each comes from): the
 //! driver's allocations and their frees, put_pages by process and table, the use of a freed
 //! table counted, the flags as the driver reads them, the two-step pin, callbacks from a
 //! kernel thread, the callback rule of sub-allocated buffers, contiguous BAR extents.

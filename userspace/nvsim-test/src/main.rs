@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `nvsim-test`: one test per behaviour of the NVIDIA side that nvsim
-//! reproduces (Documentation/nvsim.rst). Runs in the test guest with nvsim.ko
+//! reproduces (Documentation/dev/nvsim.rst). Runs in the test guest with nvsim.ko
 //! and p2pclient.ko loaded; prints `@@ RESULT PASS|FAIL name` per test.
 //!
 //! Every test ends by checking that nvsim's counters are back to zero.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `gdrpeer doctor`: checks what GPUDirect RDMA with gdrpeer needs on this machine and
-//! says, for each finding, what to do (Documentation/doctor.rst).
+//! says, for each finding, what to do (Documentation/user/doctor.rst).
 
 pub mod parse;
 pub mod sys;
@@ -317,7 +317,7 @@ fn find_module(sys: &Sys, release: &str, name: &str) -> Option<String> {
 }
 
 const RUST_KERNELS: &str =
-    "a kernel built with CONFIG_RUST=y (Debian: sid's 7.2, trixie-backports' 7.3; Documentation/building.rst)";
+    "a kernel built with CONFIG_RUST=y (Debian: sid's 7.2, trixie-backports' 7.3; Documentation/dev/building.rst)";
 
 fn kernel_rust(ctx: &Context) -> Finding {
     let c = "kernel-rust";
@@ -412,7 +412,7 @@ fn kernel_headers(ctx: &Context) -> Finding {
             if built { "; the installed gdrpeer works, the next build for this kernel fails" } else { "" }
         ),
     )
-    .fix(format!("sudo {script} --install --in-place {kdir}, then sudo dkms autoinstall (Documentation/building.rst, Distribution kernels)"))
+    .fix(format!("sudo {script} --install --in-place {kdir}, then sudo dkms autoinstall (Documentation/dev/building.rst, Distribution kernels)"))
     .fact("kdir", kdir)
     .fact("missing", missing)
 }
@@ -543,7 +543,7 @@ fn gdrpeer(ctx: &Context) -> Finding {
     if !ctx.gdrpeer_loaded {
         let fix = match (&ctx.module_file, ctx.exporter()) {
             (Some(file), _) => format!("sudo modprobe gdrpeer (installed: {file}){}", if ctx.exporter().is_none() { ", after the NVIDIA driver" } else { "" }),
-            (None, _) => "install gdrpeer for this kernel (sudo dkms install gdrpeer/<version>, or make && sudo make install; Documentation/building.rst), then sudo modprobe gdrpeer".into(),
+            (None, _) => "install gdrpeer for this kernel (sudo dkms install gdrpeer/<version>, or make && sudo make install; Documentation/dev/building.rst), then sudo modprobe gdrpeer".into(),
         };
         let mut f = Finding::new(c, Status::Fail, "gdrpeer is not loaded").fix(fix);
         if let Some(file) = &ctx.module_file {
@@ -678,7 +678,7 @@ fn device_node(ctx: &Context, node: &str) -> Finding {
         "add the user to group gdrpeer (sudo usermod -aG gdrpeer $USER) and log in again"
             .to_string()
     } else {
-        "install udev/70-gdrpeer.rules (make install does), create the group (sudo groupadd --system gdrpeer), add the user (sudo usermod -aG gdrpeer $USER), then sudo udevadm trigger --subsystem-match=misc (Documentation/building.rst, The udev rule)".to_string()
+        "install udev/70-gdrpeer.rules (make install does), create the group (sudo groupadd --system gdrpeer), add the user (sudo usermod -aG gdrpeer $USER), then sudo udevadm trigger --subsystem-match=misc (Documentation/user/configuration.rst, Device permissions)".to_string()
     };
     f.fix(fix)
 }
@@ -990,7 +990,7 @@ fn module_signature(ctx: &Context) -> Finding {
         } else {
             "no gdrpeer.ko installed for this kernel".into()
         };
-        return Finding::new(c, Status::Warn, s).fix("install gdrpeer with DKMS, which signs it with its key (Documentation/building.rst, DKMS, Secure Boot and the MOK key)");
+        return Finding::new(c, Status::Warn, s).fix("install gdrpeer with DKMS, which signs it with its key (Documentation/user/troubleshooting.rst, Secure Boot)");
     };
     // The signer, from modinfo where it runs; else the signature marker of an
     // uncompressed module.

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `gdrpeer-bad-input-table`: every row of the bad-input table in Documentation/uapi.rst,
+//! `gdrpeer-bad-input-table`: every row of the bad-input table in Documentation/user/uapi.rst,
 //! checked. The table is read from the document itself, so a row without a check here, or a
 //! check without a row there, fails the test.
 
+use crate::doctables::{self, errno_name};
 use crate::helpers::{
     all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
 };
@@ -18,37 +19,9 @@ use rustix::{
 };
 use std::collections::BTreeMap;
 
-const UAPI_RST: &str = include_str!("../../../../Documentation/uapi.rst");
-
 /// The rows of the "Bad input" table: (row, errno name).
 fn table() -> Result<Vec<(String, String)>, String> {
-    let start = UAPI_RST
-        .find("\nBad input\n=========\n")
-        .ok_or("uapi.rst has no Bad input section")?;
-    let mut rows = Vec::new();
-    // The body: between the rule under the "Row" header and the closing rule.
-    let body = UAPI_RST[start..]
-        .lines()
-        .skip_while(|l| !l.starts_with("Row "))
-        .skip(2)
-        .take_while(|l| !l.starts_with("==="));
-    for line in body {
-        let Some(rest) = line.strip_prefix("``") else {
-            continue;
-        };
-        let Some((row, rest)) = rest.split_once("``") else {
-            continue;
-        };
-        let errno = rest
-            .trim_end()
-            .rsplit_once("``")
-            .and_then(|(r, _)| r.rsplit_once("``"))
-            .map(|(_, e)| e.to_string())
-            .ok_or_else(|| format!("row {row}: no errno"))?;
-        rows.push((row.to_string(), errno));
-    }
-    check!(!rows.is_empty(), "the Bad input table has no rows");
-    Ok(rows)
+    doctables::rows(doctables::UAPI_RST, doctables::BAD_INPUT)
 }
 
 /// A raw ioctl: its errno, or success.
@@ -415,6 +388,38 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
         let s = setup()?;
         dmabuf::export_into_read_only(s.d.as_fd(), dmabuf::export_args(s.handle, 0, 0))
     });
+    c.insert("mmap-private", || {
+        let s = setup()?;
+        // SAFETY: a new mapping at an address of the kernel's choice; unmapped below if made.
+        let r = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                4096,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+                s.d.as_fd(),
+                uapi::mmap_offset(s.handle, 0),
+            )
+        };
+        if let Ok(p) = r {
+            // SAFETY: the mapping just made, used by nothing.
+            let _ = unsafe { rustix::mm::munmap(p, 4096) };
+        }
+        must_fail(r.map(|_| ()), "mmap MAP_PRIVATE")
+    });
+    c.insert("mmap-past-window", || {
+        let s = setup()?;
+        // The window is two GPU pages: 8 KiB from its last 4 KiB on pass its end.
+        gerr(
+            s.d.map(s.handle, 2 * K64 - 4096, 8192),
+            "mmap past the window",
+        )
+    });
+    c.insert("mmap-revoked", || {
+        let s = setup()?;
+        debugfs("free", &s.id.to_string())?;
+        gerr(s.d.map(s.handle, 0, 4096), "mmap after the free")
+    });
     c.insert("unknown-command", || {
         const UNKNOWN: u32 = rustix::ioctl::opcode::read_write::<uapi::Pin>(uapi::IOCTL_MAGIC, 99);
         let mut p = uapi::Pin::new();
@@ -446,26 +451,6 @@ fn same_errno(results: Vec<Result<(), Errno>>, what: &str) -> Result<Errno, Stri
         "{what}: different errnos {errs:?}"
     );
     Ok(errs[0])
-}
-
-fn errno_name(e: Errno) -> String {
-    let names = [
-        (Errno::ACCESS, "EACCES"),
-        (Errno::INVAL, "EINVAL"),
-        (Errno::FAULT, "EFAULT"),
-        (Errno::NOSPC, "ENOSPC"),
-        (Errno::PERM, "EPERM"),
-        (Errno::NODEV, "ENODEV"),
-        (Errno::NXIO, "ENXIO"),
-        (Errno::NOTTY, "ENOTTY"),
-        (Errno::NOENT, "ENOENT"),
-        (Errno::OPNOTSUPP, "EOPNOTSUPP"),
-        (Errno::NOMEM, "ENOMEM"),
-    ];
-    names.iter().find(|(n, _)| *n == e).map_or_else(
-        || format!("errno {}", e.raw_os_error()),
-        |(_, s)| s.to_string(),
-    )
 }
 
 /// The child of the `pin-other-process-memory` row (`--gpu-alloc-and-wait`): allocates GPU

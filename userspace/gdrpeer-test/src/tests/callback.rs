@@ -260,7 +260,7 @@ fn stale_put_pages_spares_a_newer_pin() -> TestResult {
 /// A DMA_MAP whose dma_map_pages loses the race to the free callback fails with ENXIO and
 /// must not map a newer pin's table. nvsim's `dma_map_delay_us` holds the call open between
 /// its read of the table and NVIDIA's lock while the memory is freed: the DMA-mapping window
-/// of design.rst, entered here by construction. NVIDIA's call reads the freed table there,
+/// of Documentation/dev/design.rst, entered here by construction. NVIDIA's call reads the freed table there,
 /// which nvsim counts once in `dma_map_window` (and no client error: the newer pin's table
 /// is not named); gdrpeer cannot keep a call through nv-p2p out of that window.
 fn stale_dma_map_spares_a_newer_pin() -> TestResult {

@@ -700,7 +700,7 @@ pub fn first_allocations_failed() -> Result<Vec<Result<(), Errno>>, String> {
 pub const TESTS: &[Test] = &[
     ("gdrpeer-failnth-open", || walk(&OPEN, all_released)),
     ("gdrpeer-failnth-pin-miss", || walk(&PIN_MISS, all_released)),
-    // A warm hit allocates nothing (Documentation/performance.rst, P2).
+    // A warm hit allocates nothing (Documentation/dev/performance.rst, P2).
     ("gdrpeer-pin-hit-allocates-nothing", || {
         allocates_nothing(&PIN_HIT, all_released)
     }),

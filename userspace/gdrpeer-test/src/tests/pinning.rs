@@ -4,6 +4,7 @@
 //! called, the raw ABI's errors, GET_PAGES's room and CAP_SYS_RAWIO, persistent pins and the
 //! page table versions gdrpeer reads.
 
+use crate::doctables;
 use crate::helpers::{
     dev, fails, get_pages_into, ok, p2pclient_addresses, param, pin_args, raw_pin, without_rawio,
     K64,
@@ -212,7 +213,8 @@ fn persistent_pins() -> TestResult {
 }
 
 /// Page tables of majors 1 and 2 are read; any other is given back and the pin refused
-/// (run with nvsim's `page_table_version` at 2.0, 1.2 and 3.0).
+/// with the errno of row `table-version-major` of security.rst's table (run with nvsim's
+/// `page_table_version` at 2.0, 1.2 and 3.0).
 fn table_version_checked() -> TestResult {
     let version = stat("page_table_version")?;
     let gpu = Gpu::open().map_err(errno)?;
@@ -227,10 +229,16 @@ fn table_version_checked() -> TestResult {
         );
         ok(d.unpin(p.handle), "unpin")
     } else {
-        let what = format!("pin with a {version:#010x} table");
+        // The errno is the one Documentation/user/security.rst gives the row.
+        let want = doctables::row_errno(
+            doctables::SECURITY_RST,
+            doctables::NVIDIA_CHECKS,
+            "table-version-major",
+        )?;
+        let what = format!("pin with a {version:#010x} table (row table-version-major)");
         check_eq!(
             fails(d.pin(va, 2 * K64, PinFlags::empty()), &what)?,
-            Errno::OPNOTSUPP,
+            want,
             what
         );
         check_eq!(stat("pins_live")?, 0, "pins after refusing the table");
