@@ -35,6 +35,7 @@ of that size looks like; programs pin their own memory through the gdrpeer crate
 #[command(
     name = "gdrpeer",
     version,
+    propagate_version = true,
     about = "Inspect and exercise the gdrpeer kernel module",
     after_help = EXIT_STATUS
 )]
@@ -158,7 +159,21 @@ enum Generate {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// Write the man pages into DIR/man and the completions of bash, zsh and fish into
+    /// DIR/completions, named as each shell looks for them: gdrpeer, _gdrpeer,
+    /// gdrpeer.fish.
+    All {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
+
+/// The shells `generate all` writes completions for, with the file each looks for.
+const COMPLETIONS: [(clap_complete::Shell, &str); 3] = [
+    (clap_complete::Shell::Bash, "gdrpeer"),
+    (clap_complete::Shell::Zsh, "_gdrpeer"),
+    (clap_complete::Shell::Fish, "gdrpeer.fish"),
+];
 
 /// Exit status: a failure (the device, the module or CUDA refused; doctor: some FAIL).
 const FAILURE: u8 = 1;
@@ -508,14 +523,74 @@ fn generate(what: &Generate) -> Result<(), CliError> {
     match what {
         Generate::Man { dir } => {
             std::fs::create_dir_all(dir)?;
-            clap_mangen::generate_to(cmd, dir)?;
+            let mut cmd = cmd.disable_help_subcommand(true);
+            cmd.build();
+            man_pages(&cmd, dir)?;
         }
         Generate::Completions { shell } => {
             let mut cmd = cmd;
             clap_complete::generate(*shell, &mut cmd, "gdrpeer", &mut std::io::stdout());
         }
+        Generate::All { dir } => {
+            generate(&Generate::Man {
+                dir: dir.join("man"),
+            })?;
+            let comp = dir.join("completions");
+            std::fs::create_dir_all(&comp)?;
+            for (shell, file) in COMPLETIONS {
+                let mut out = std::fs::File::create(comp.join(file))?;
+                clap_complete::generate(shell, &mut Cli::command(), "gdrpeer", &mut out);
+                out.flush()?;
+            }
+        }
     }
     Ok(())
+}
+
+/// Writes `cmd`'s man page and its visible subcommands' into `dir`, as
+/// clap_mangen::generate_to does, with the after-help text under a heading of its own:
+/// EXIT STATUS on gdrpeer.1, NOTES on a subcommand's page.
+fn man_pages(cmd: &clap::Command, dir: &std::path::Path) -> std::io::Result<()> {
+    use clap_mangen::roff::{roman, Roff};
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        man_pages(sub, dir)?;
+    }
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut f = std::fs::File::create(dir.join(man.get_filename()))?;
+    man.render_title(&mut f)?;
+    man.render_name_section(&mut f)?;
+    man.render_synopsis_section(&mut f)?;
+    man.render_description_section(&mut f)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut f)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut f)?;
+    }
+    if let Some(after) = cmd.get_after_help() {
+        let text = after.to_string();
+        let (heading, body) = match text.strip_prefix("Exit status:\n") {
+            Some(body) => ("EXIT STATUS", body),
+            None => ("NOTES", text.as_str()),
+        };
+        let mut roff = Roff::new();
+        roff.control("SH", [heading]);
+        if heading == "NOTES" {
+            roff.text([roman(body)]);
+        } else {
+            // The table as --help shows it.
+            roff.control("nf", []);
+            for line in body.lines() {
+                roff.text([roman(line)]);
+            }
+            roff.control("fi", []);
+        }
+        roff.to_writer(&mut f)?;
+    }
+    if cmd.get_version().is_some() {
+        man.render_version_section(&mut f)?;
+    }
+    f.flush()
 }
 
 /// `info`.

@@ -421,16 +421,30 @@ fn addresses_are_0x_hex_strings() {
 
 #[test]
 fn man_pages_and_completions_are_generated() {
-    let dir = std::env::temp_dir().join(format!("gdrpeer-man-{}", std::process::id()));
-    generate(&Generate::Man { dir: dir.clone() }).unwrap();
+    let top = std::env::temp_dir().join(format!("gdrpeer-generated-{}", std::process::id()));
+    generate(&Generate::All { dir: top.clone() }).unwrap();
+    for (_, file) in COMPLETIONS {
+        let text = std::fs::read_to_string(top.join("completions").join(file)).unwrap();
+        assert!(text.contains("dma-map") && text.contains("json"), "{file}");
+    }
+    let dir = top.join("man");
     let page = std::fs::read_to_string(dir.join("gdrpeer.1")).unwrap();
     assert!(
         page.starts_with(".ie \\n(.g .ds Aq") || page.contains(".TH gdrpeer 1"),
         "{page}"
     );
     assert!(
-        page.contains("Exit status:"),
+        page.contains(".SH \"EXIT STATUS\""),
         "no exit statuses in gdrpeer.1"
+    );
+    assert!(
+        page.contains("usage error"),
+        "no exit statuses in gdrpeer.1"
+    );
+    let pin = std::fs::read_to_string(dir.join("gdrpeer-pin.1")).unwrap();
+    assert!(
+        pin.contains(".SH NOTES") && pin.contains("own GPU memory"),
+        "{pin}"
     );
     for sub in [
         "info", "stats", "pin", "pages", "dma-map", "events", "doctor", "dmabuf",
@@ -444,5 +458,5 @@ fn man_pages_and_completions_are_generated() {
         !dir.join("gdrpeer-generate.1").exists(),
         "the hidden generate has a page"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&top).unwrap();
 }
