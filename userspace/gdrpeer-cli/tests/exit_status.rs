@@ -66,6 +66,11 @@ fn failures_exit_1() {
 
 #[test]
 fn no_cuda_exits_3() {
+    // Where a CUDA driver is installed in the system's library path, it is found anyway.
+    if gdrpeer::cuda::Cuda::load().is_ok() {
+        eprintln!("libcuda.so.1 is installed here: status 3 not checked");
+        return;
+    }
     for cmd in ["pin", "pages", "dmabuf", "demo"] {
         expect(&[cmd], 3, "no usable CUDA driver library");
     }
