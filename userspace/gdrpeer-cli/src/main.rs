@@ -522,10 +522,11 @@ fn generate(what: &Generate) -> Result<(), CliError> {
     let cmd = Cli::command();
     match what {
         Generate::Man { dir } => {
-            std::fs::create_dir_all(dir)?;
             let mut cmd = cmd.disable_help_subcommand(true);
             cmd.build();
-            man_pages(&cmd, dir)?;
+            std::fs::create_dir_all(dir)
+                .and_then(|()| man_pages(&cmd, dir))
+                .map_err(|e| in_dir(dir, e))?;
         }
         Generate::Completions { shell } => {
             let mut cmd = cmd;
@@ -536,15 +537,21 @@ fn generate(what: &Generate) -> Result<(), CliError> {
                 dir: dir.join("man"),
             })?;
             let comp = dir.join("completions");
-            std::fs::create_dir_all(&comp)?;
+            std::fs::create_dir_all(&comp).map_err(|e| in_dir(&comp, e))?;
             for (shell, file) in COMPLETIONS {
-                let mut out = std::fs::File::create(comp.join(file))?;
+                let path = comp.join(file);
+                let mut out = std::fs::File::create(&path).map_err(|e| in_dir(&path, e))?;
                 clap_complete::generate(shell, &mut Cli::command(), "gdrpeer", &mut out);
-                out.flush()?;
+                out.flush().map_err(|e| in_dir(&path, e))?;
             }
         }
     }
     Ok(())
+}
+
+/// A file-system error, with the path it concerns.
+fn in_dir(path: &std::path::Path, e: std::io::Error) -> CliError {
+    CliError::Failed(format!("{}: {e}", path.display()))
 }
 
 /// Writes `cmd`'s man page and its visible subcommands' into `dir`, as
