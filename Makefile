@@ -5,6 +5,9 @@
 #   make [KDIR=...] [LLVM=...] [NVIDIA_SRC=...]   build gdrpeer.ko (src/gdrpeer.ko)
 #   make modules_install                          install gdrpeer.ko (then depmod)
 #   make install                                  that, the headers, Module.symvers, the udev rule
+#                                                 (and the gdrpeer command, if make cli built it)
+#   make cli                                      the gdrpeer command, its man pages and completions
+#                                                 in build/cli (cargo; as a user, before make install)
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
 #   make demo                                     the main job, end to end, in the test VM
 #   make stress | fuzz                            the long stress and fuzzing runs (ioctls,
@@ -46,7 +49,7 @@ nv_note_symvers := $(NVIDIA_SRC) has no Module.symvers (driver not built): build
 	KBUILD_MODPOST_WARN=1, nvidia_p2p_* unversioned, modpost warnings about them expected
 endif
 endif
-ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench deb,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench deb cli,$(or $(MAKECMDGOALS),all)),)
 $(if $(nv_note_src),$(info gdrpeer: $(nv_note_src)))
 $(if $(nv_note_symvers),$(info gdrpeer: $(nv_note_symvers)))
 endif
@@ -85,6 +88,9 @@ prefix ?= /usr
 includedir ?= $(prefix)/include
 udevrulesdir ?= $(prefix)/lib/udev/rules.d
 GDRPEER_SRCDIR ?= $(prefix)/src/gdrpeer-$(GDRPEER_VERSION)
+bindir ?= $(prefix)/bin
+mandir ?= $(prefix)/share/man
+datadir ?= $(prefix)/share
 DEPMOD ?= depmod
 KRELEASE = $(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null)
 mod_path = $(if $(INSTALL_MOD_PATH),$(abspath $(INSTALL_MOD_PATH)))
@@ -105,13 +111,33 @@ DEB_OUT ?= $(CURDIR)/build/deb
 deb:
 	DEB_VERSION='$(DEB_VERSION)' packaging/make-deb '$(DEB_OUT)'
 
+# The gdrpeer command with its man pages (gdrpeer.1, gdrpeer-<command>.1) and
+# bash, zsh and fish completions, generated from its clap definitions.
+CLI_OUT ?= $(CURDIR)/build/cli
+.PHONY: cli
+cli:
+	cd userspace && cargo build --release --locked -p gdrpeer-cli
+	rm -rf '$(CLI_OUT)' && mkdir -p '$(CLI_OUT)'
+	cp userspace/target/release/gdrpeer '$(CLI_OUT)/'
+	'$(CLI_OUT)/gdrpeer' generate all '$(CLI_OUT)'
+
 .PHONY: install
 install: modules_install
+	$(if $(wildcard $(CLI_OUT)/gdrpeer),$(install_cli),@echo "gdrpeer: $(CLI_OUT) was not built (make cli): the gdrpeer command is not installed")
 	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/gdrpeer.h
 	install -D -m 0644 include/gdrpeer-kapi.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h
 	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/uapi/gdrpeer.h
 	install -D -m 0644 Module.symvers $(DESTDIR)$(GDRPEER_SRCDIR)/$(KRELEASE)/Module.symvers
 	install -D -m 0644 udev/70-gdrpeer.rules $(DESTDIR)$(udevrulesdir)/70-gdrpeer.rules
+
+define install_cli
+install -D -m 0755 $(CLI_OUT)/gdrpeer $(DESTDIR)$(bindir)/gdrpeer
+install -d $(DESTDIR)$(mandir)/man1
+install -m 0644 $(CLI_OUT)/man/*.1 $(DESTDIR)$(mandir)/man1/
+install -D -m 0644 $(CLI_OUT)/completions/gdrpeer $(DESTDIR)$(datadir)/bash-completion/completions/gdrpeer
+install -D -m 0644 $(CLI_OUT)/completions/_gdrpeer $(DESTDIR)$(datadir)/zsh/vendor-completions/_gdrpeer
+install -D -m 0644 $(CLI_OUT)/completions/gdrpeer.fish $(DESTDIR)$(datadir)/fish/vendor_completions.d/gdrpeer.fish
+endef
 
 # DKMS appends CC=clang and LD=ld.lld to its make command when the kernel was
 # built with LLVM; LLVM= already picks the kernel's tools, and where only

@@ -52,6 +52,121 @@ test_cli_dmabuf() {
 	echo "$out" | grep -q "^fdinfo: .*size 131072, .*exp_name gdrpeer" || fail "fdinfo"
 }
 
+# gdrpeer --json (Documentation/user/cli.rst) on each read command: each document
+# parses (gdrpeer-vmtool json flattens it to "key<TAB>value" lines) and its values
+# match another source: debugfs (params, the global counters, the pinning file's
+# handles and regions), sysfs (nvsim's BAR), /proc (the dma-buf's fdinfo and link).
+# Global options go after the subcommand here, before it elsewhere.
+test_cli_json() {
+	ensure_loaded nvsim gdrpeer
+	D=/sys/kernel/debug/gdrpeer T=$(printf '\t')
+	jv() { printf '%s\n' "$1" | sed -n "s/^$2$T//p"; }
+	# A document printed by a command in the background (--hold): once it is whole.
+	held() { for i in 1 2 3 4 5 6 7 8 9 10; do grep -q '^}' "$1" && return; sleep 1; done; fail "no document in $1: $(cat "$1")"; }
+	gpu=$(basename /sys/bus/pci/drivers/nvsim/0000:*)
+	bar=$(sed -n 3p /sys/bus/pci/devices/$gpu/resource)
+	lo=${bar%% *} hi=${bar#* } hi=${hi%% *}
+	# Each address inside nvsim's BAR1 (ivshmem's BAR 2). Without an IOMMU (this
+	# plan), DMA addresses are bus addresses too.
+	in_bar() { for a in "$@"; do [ $(($a)) -ge $(($lo)) ] && [ $(($a)) -le $(($hi)) ] || fail "$a is outside nvsim's BAR1 $lo-$hi"; done; }
+
+	flat=$(gdrpeer info --device /dev/gdrpeer --json | gdrpeer-vmtool json) || fail "info --json"
+	echo "$flat"
+	expect_eq "info: version" "$(jv "$flat" version)" 1
+	expect_eq "info: device" "$(jv "$flat" device)" /dev/gdrpeer
+	expect_eq "info: abi" "$(jv "$flat" abi)" "$(jv "$flat" library_abi)"
+	n=0
+	while read -r k v; do
+		expect_eq "info: params.$k (debugfs params)" "$(jv "$flat" "params\.$k")" "$v"
+		n=$((n + 1))
+	done <$D/params
+	expect_eq "info: params" "$(echo "$flat" | grep -c '^params\.')" "$n"
+
+	gdrpeer pin --alloc 0x30000 --offset 100 --len 70000 --pages --hold 5 --json >/tmp/pin.json &
+	pid=$!
+	held /tmp/pin.json
+	flat=$(gdrpeer-vmtool json </tmp/pin.json) || fail "pin --json: $(cat /tmp/pin.json)"
+	echo "$flat"
+	dir=$(echo $D/files/$pid-*)
+	[ -d "$dir" ] || fail "no debugfs directory of gdrpeer pin's file ($pid)"
+	expect_eq "pin: the file's handles (debugfs)" "$(sed -n 's/^handles //p' $dir/stats)" 1
+	aligned=$(jv "$flat" aligned_va) pages=$(jv "$flat" page_count) psize=$(jv "$flat" page_size)
+	expect_eq "pin: range" "$(jv "$flat" range.va) $(jv "$flat" range.len)" \
+		"$(printf '%#x' $(($(jv "$flat" allocation.va) + 100))) 70000"
+	expect_eq "pin: offset" "$(jv "$flat" offset)" $(($(jv "$flat" range.va) - $aligned))
+	expect_eq "pin: page_count" "$pages" 2
+	region=$(sed -n 2p $dir/regions)
+	start=${region%% *} end=${region#* } end=${end%% *}
+	[ $(($start)) -le $(($aligned)) ] && [ $(($end)) -ge $(($aligned + $pages * $psize - 1)) ] ||
+		fail "pin: window $aligned, $pages pages, not in the file's region (debugfs): $region"
+	expect_eq "pin: pages listed" "$(echo "$flat" | grep -c '^pages\.')" "$pages"
+	in_bar $(echo "$flat" | sed -n "s/^pages\.[0-9]*$T//p")
+	wait $pid || fail "gdrpeer pin: exit status $?"
+
+	flat=$(gdrpeer pages --alloc 0x20000 --json | gdrpeer-vmtool json) || fail "pages --json"
+	echo "$flat"
+	expect_eq "pages: pages listed" "$(echo "$flat" | grep -c '^pages\.')" "$(jv "$flat" page_count)"
+	in_bar $(echo "$flat" | sed -n "s/^pages\.[0-9]*$T//p")
+
+	edu=$(grep -l 0x11e8 /sys/bus/pci/devices/*/device | head -n 1)
+	edu=$(basename "${edu%/device}")
+	flat=$(gdrpeer dma-map --json --alloc 0x20000 --peer "$edu" | gdrpeer-vmtool json) || fail "dma-map --json"
+	echo "$flat"
+	expect_eq "dma-map: peer" "$(jv "$flat" peer)" "$edu"
+	expect_eq "dma-map: addresses" "$(echo "$flat" | grep -c '^dma_addresses\.')" "$(jv "$flat" page_count)"
+	in_bar $(echo "$flat" | sed -n "s/^dma_addresses\.[0-9]*$T//p")
+
+	# Nothing runs between the two readings: the counters stand still.
+	flat=$(gdrpeer stats --json | gdrpeer-vmtool json) || fail "stats --json"
+	echo "$flat"
+	for k in regions pinned_bytes hits misses evictions_limit evictions_enomem callbacks deferred_releases; do
+		expect_eq "stats: $k (debugfs stats)" "$(jv "$flat" "global\.${k%_releases}")" "$(sed -n "s/^$k //p" $D/stats)"
+	done
+	[ "$(jv "$flat" global.misses)" -ge 3 ] || fail "stats: the three pins above are not misses"
+
+	gdrpeer dmabuf --json --alloc 0x30000 --offset 100 --len 70000 --hold 5 >/tmp/dmabuf.json &
+	pid=$!
+	held /tmp/dmabuf.json
+	flat=$(gdrpeer-vmtool json </tmp/dmabuf.json) || fail "dmabuf --json: $(cat /tmp/dmabuf.json)"
+	echo "$flat"
+	fd=$(jv "$flat" fd)
+	expect_eq "dmabuf: size" "$(jv "$flat" size)" 131072
+	expect_eq "dmabuf: size (fdinfo)" "$(sed -n 's/^size:[[:space:]]*//p' /proc/$pid/fdinfo/$fd)" 131072
+	expect_eq "dmabuf: exp_name (fdinfo)" "$(sed -n 's/^exp_name:[[:space:]]*//p' /proc/$pid/fdinfo/$fd)" "$(jv "$flat" fdinfo.exp_name)"
+	case $(readlink /proc/$pid/fd/$fd) in *dmabuf:*) ;; *) fail "dmabuf: fd $fd is $(readlink /proc/$pid/fd/$fd)" ;; esac
+	wait $pid || fail "gdrpeer dmabuf: exit status $?"
+
+	flat=$(gdrpeer gdrdrv-info --json | gdrpeer-vmtool json) || fail "gdrdrv-info --json"
+	echo "$flat"
+	text=$(gdrpeer gdrdrv-info)
+	expect_eq "gdrdrv-info: version" "$(jv "$flat" gdrdrv_version)" 2.6
+	expect_eq "gdrdrv-info: minimum_api" "$(jv "$flat" minimum_api)" 2.0
+	expect_eq "gdrdrv-info: FORCE_PCIE (text)" "$(jv "$flat" attributes.support_pin_flag_force_pcie)" \
+		"$(echo "$text" | sed -n 's/^supports FORCE_PCIE pin flag: *//p')"
+	expect_eq "gdrdrv-info: persistent mapping" "$(jv "$flat" attributes.use_persistent_mapping)" 0
+
+	# One document a line; each handle watched is revoked once, by one callback each.
+	before=$(sed -n 's/^callbacks //p' $D/stats)
+	gdrpeer events --json --alloc 0x200000 --alloc 0x600000 --free-after 1 --timeout 10 >/tmp/events.json ||
+		fail "events --json: $(cat /tmp/events.json)"
+	cat /tmp/events.json
+	: >/tmp/events.flat
+	while read -r l; do
+		echo "$l" | gdrpeer-vmtool json >>/tmp/events.flat || fail "events: not JSON: $l"
+	done </tmp/events.json
+	expect_eq "events: lines" "$(grep -c "^version${T}1$" /tmp/events.flat)" 6
+	expect_eq "events: freed" "$(grep -c "^event${T}freed$" /tmp/events.flat)" 2
+	watched=$(grep -A1 "^event${T}watching$" /tmp/events.flat | sed -n "s/^handle$T//p" | sort | tr '\n' ' ')
+	revoked=$(grep -A1 "^event${T}revoked$" /tmp/events.flat | sed -n "s/^handle$T//p" | sort | tr '\n' ' ')
+	expect_eq "events: revoked handles" "$revoked" "$watched"
+	expect_eq "events: callbacks (debugfs)" "$(sed -n 's/^callbacks //p' $D/stats)" $((before + 2))
+
+	flat=$(gdrpeer --json doctor | gdrpeer-vmtool json)
+	rc=$?
+	expect_eq "doctor: exit_status" "$(jv "$flat" exit_status)" "$(gdrpeer doctor >/dev/null; echo $?)"
+	[ $rc = 0 ] || fail "doctor --json is not JSON"
+}
+
 test_rmmod_order() {
 	ensure_loaded nvsim gdrpeer
 	rmmod nvsim 2>/dev/null && fail "nvsim unloaded while gdrpeer uses its symbols"
@@ -225,6 +340,7 @@ run_plan() {
 	t cli-gdrdrv-info test_cli_gdrdrv_info
 	t cli-events test_cli_events
 	t cli-dmabuf test_cli_dmabuf
+	t cli-json test_cli_json
 	t cli-doctor test_cli_doctor "ok    iommu: off: "
 	t cli-doctor-without-gdrpeer test_cli_doctor_without_gdrpeer
 	t rmmod-order test_rmmod_order
