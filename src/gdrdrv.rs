@@ -23,7 +23,6 @@ use kernel::{
     fs::{File, Kiocb},
     ioctl::{_IOC_TYPE, _IOWR},
     iov::IovIterDest,
-    miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
     page::PAGE_SHIFT,
@@ -38,7 +37,7 @@ use kernel::{
 use crate::{
     cache::{Numbering, Sharing},
     files::{self, CpuMap, MapAt, OpenFile},
-    fops::{self, PollOps, Pollable},
+    miscdev::{self, MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -136,15 +135,13 @@ const NS_CLOCK_KHZ: u32 = 1_000_000;
 pub(crate) struct Gdrdrv {
     #[pin]
     misc: MiscDeviceRegistration<GdrdrvFile>,
-    /// The file operations with `poll`, installed on each open file.
-    poll_ops: PollOps<GdrdrvFile>,
 }
 
 impl Gdrdrv {
-    /// Registers `/dev/gdrdrv` if the module parameter asks for it and the name is free;
-    /// `None` otherwise, with the reason in the kernel log. A failure to register is logged
-    /// too: `/dev/gdrpeer` works without it.
-    pub(crate) fn register() -> Option<Pin<KBox<Self>>> {
+    /// Registers `/dev/gdrdrv`, whose open files hold `module`, if the module parameter asks
+    /// for it and the name is free; `None` otherwise, with the reason in the kernel log. A
+    /// failure to register is logged too: `/dev/gdrpeer` works without it.
+    pub(crate) fn register(module: &'static ThisModule) -> Option<Pin<KBox<Self>>> {
         if !params::gdrdrv() {
             pr_info!("gdrdrv=0: the gdrdrv-compatible device is not registered\n");
             return None;
@@ -155,8 +152,10 @@ impl Gdrdrv {
         }
         let dev = KBox::pin_init(
             try_pin_init!(Gdrdrv {
-                poll_ops: PollOps::new(),
-                misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrdrv" }),
+                misc <- MiscDeviceRegistration::register(
+                    MiscDeviceOptions { name: c"gdrdrv" },
+                    module
+                ),
             }),
             GFP_KERNEL,
         );
@@ -199,21 +198,10 @@ pub(crate) struct GdrdrvFile {
 impl MiscDevice for GdrdrvFile {
     type Ptr = KBox<Self>;
 
-    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
-        let misc: *const MiscDeviceRegistration<Self> = misc;
-        // SAFETY: the only registration of `GdrdrvFile` is the `misc` field of a `Gdrdrv`
-        // (`Gdrdrv::register`), pinned in the module's data while it is registered.
-        let dev = unsafe { &*kernel::container_of!(misc, Gdrdrv, misc) };
-        let me = KBox::new(
-            GdrdrvFile {
-                open: OpenFile::new(Numbering::PageOffsets)?,
-                extra: KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?,
-            },
-            GFP_KERNEL,
-        )?;
-        // The module's data outlives the file: the file holds a module reference.
-        dev.poll_ops.install(file);
-        Ok(me)
+    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+        let open = OpenFile::new(Numbering::PageOffsets)?;
+        let extra = KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?;
+        Ok(KBox::new(GdrdrvFile { open, extra }, GFP_KERNEL)?)
     }
 
     fn release(me: KBox<Self>, _file: &File) {
@@ -258,7 +246,7 @@ impl MiscDevice for GdrdrvFile {
 
     /// Reads the file's invalidation events.
     fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
-        let wait = fops::may_block(&kiocb);
+        let wait = miscdev::may_block(&kiocb);
         files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
     }
 
@@ -323,9 +311,8 @@ impl MiscDevice for GdrdrvFile {
         }
         .map(|()| 0)
     }
-}
 
-impl Pollable for GdrdrvFile {
+    /// The file's events: readable while it has some.
     fn poll(me: &GdrdrvFile, file: &File, table: PollTable<'_>) -> u32 {
         files::poll_events(&me.open.ctx, file, table)
     }

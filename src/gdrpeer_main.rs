@@ -33,9 +33,9 @@
 //! Each file uses only the layers above it (Documentation/design.rst, "Source map"):
 //!
 //! 1. The macros of the modules over bindgen's output ([`bindgen`]), kernel services the
-//!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], `poll` for misc
-//!    devices in [`fops`], dma-buf export in [`dma_buf`]) and the nv-p2p wrapper
-//!    ([`nv_p2p`], with the table gate [`gate`]).
+//!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], misc devices
+//!    with `poll` and an owner in [`miscdev`], dma-buf export in [`dma_buf`]) and the nv-p2p
+//!    wrapper ([`nv_p2p`], with the table gate [`gate`]).
 //! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
 //!    ([`params`]), counters ([`stats`]), the module environment ([`env`]), the cache
 //!    ([`cache`]) and its invalidation events ([`events`]).
@@ -97,10 +97,10 @@ mod env;
 mod events;
 mod export;
 mod files;
-mod fops;
 mod gate;
 mod gdrdrv;
 mod kapi;
+mod miscdev;
 mod nv_p2p;
 mod params;
 mod policy;
@@ -178,8 +178,8 @@ impl kernel::InPlaceModule for GdrpeerModule {
                 stats::GLOBAL.show(f)
             }),
             _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
-            chardev <- chardev::Chardev::new(&root),
-            _gdrdrv: gdrdrv::Gdrdrv::register(),
+            chardev <- chardev::Chardev::new(&root, module),
+            _gdrdrv: gdrdrv::Gdrdrv::register(module),
             _debugfs: root,
         })
     }

@@ -8,8 +8,8 @@
 //! TODO: each goes when the kernel crate has what it waits for:
 //! - [`OwnedQueue`]: an owned, destroyable workqueue (`kernel::workqueue` has only the
 //!   system queues and a `Queue` reference to a C one);
-//! - [`ModuleRef`]: `try_module_get`/`module_put` on a `ThisModule` (misc devices name no
-//!   owner, so an open file does not pin the module);
+//! - [`ModuleRef`]: `try_module_get`/`module_put` on a `ThisModule` (a pin NVIDIA can call
+//!   back holds the module);
 //! - [`current_is_kthread`]: `Task` flags (`PF_KTHREAD`);
 //! - [`capable_sys_rawio`]: `capable()` with the capability constants;
 //! - [`pci_device`]: a lookup of a `pci::Device` by domain, bus and devfn;
