@@ -5,8 +5,9 @@
 //! processes; its [`Region`]s are pins of GPU memory, its handles windows of them.
 //!
 //! The engine knows no front-end: what it needs from one (hearing that NVIDIA freed a region)
-//! is the [`Notifier`] trait. The locks it takes are in the crate's lock order (the crate
-//! root's documentation): [`Context::inner`] is lock 1, `Region::notifiers` lock 4.
+//! is the [`Notifier`] trait ([`crate::notify`]). The locks it takes are in the crate's lock
+//! order (the crate root's documentation): [`Context::inner`] is lock 1, `Region::notifiers`
+//! lock 4.
 
 use kernel::{
     fmt,
@@ -24,21 +25,13 @@ use kernel::{
 use crate::{
     env::Env,
     events::{Events, HandleEvent},
+    notify::Notifier,
     nv_p2p::{PinKind, PinOwner, Pinned, Tokens, Unpinned},
     params,
     policy::{self, Limits, Usage},
     range::GpuRange,
     stats::{Stats, GLOBAL},
 };
-
-/// What a front-end registers on a region to hear that NVIDIA freed it (the kernel API's
-/// invalidate callbacks, the zap of `/dev/gdrpeer`'s CPU mappings). Called once, from NVIDIA's
-/// free callback, after the region's readers left and before the table is freed: under
-/// NVIDIA's lock, so it must not sleep on anything that waits for the engine.
-pub(crate) trait Notifier: Send + Sync {
-    /// The region's memory is being freed: stop using its addresses before returning.
-    fn notify(&self);
-}
 
 /// A user's pin: a window of a region (the request rounded to 64 KiB pages).
 pub(crate) struct Handle {

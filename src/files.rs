@@ -23,9 +23,10 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Mappings, Notifier, Numbering, Region},
+    cache::{Context, Mappings, Numbering, Region},
     env::Env,
     events::Read,
+    notify::Notifier,
     range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
     uapi,
     vma::{self, Caching, Fault, FaultResult, PfnMapper, WcReservation},
