@@ -581,33 +581,7 @@ impl Context {
             }
             r => r?,
         };
-        let range = *region.pinned.range();
-        // The new region replaces every region it overlaps.
-        let replaced = match inner.overlapping(kind, &range) {
-            Ok(replaced) => replaced,
-            Err(e) => {
-                // Pinned but in no tree and no account yet: give it back at once.
-                inner.release(&region);
-                return Err(e);
-            }
-        };
-        for old in replaced {
-            inner.forget(&old);
-            if inner.book(&old).refs == 0 {
-                inner.release(&old);
-                inner.stats.merges += 1;
-            }
-        }
-        inner.account(&region);
-        let start = range.start();
-        RBTree::try_create_and_insert(
-            &mut inner.regions[tree_index(kind)],
-            start,
-            region.clone(),
-            GFP_KERNEL,
-        )
-        .inspect_err(|_| inner.release(&region))?;
-        region.book.access_mut(inner).in_tree = true;
+        inner.replace(&region)?;
         Ok(region)
     }
 
@@ -1077,6 +1051,42 @@ impl Inner {
         Ok(found)
     }
 
+    /// Caches a region just pinned in place of every region it overlaps: those are taken out,
+    /// and given back unless a handle or a dma-buf holds them. On failure the region is given
+    /// back.
+    fn replace(&mut self, region: &Arc<Region>) -> Result {
+        let replaced = match self.overlapping(region.pinned.kind(), region.pinned.range()) {
+            Ok(replaced) => replaced,
+            Err(e) => {
+                // Pinned but in no tree and no account yet: give it back at once.
+                self.release(region);
+                return Err(e);
+            }
+        };
+        for old in replaced {
+            self.forget(&old);
+            if self.book(&old).refs == 0 {
+                self.release(&old);
+                self.stats.merges += 1;
+            }
+        }
+        self.account(region);
+        self.insert(region).inspect_err(|_| self.release(region))
+    }
+
+    /// Puts a region in its kind's tree, where no region overlaps it.
+    fn insert(&mut self, region: &Arc<Region>) -> Result {
+        let tree = &mut self.regions[tree_index(region.pinned.kind())];
+        RBTree::try_create_and_insert(
+            tree,
+            region.pinned.range().start(),
+            region.clone(),
+            GFP_KERNEL,
+        )?;
+        region.book.access_mut(self).in_tree = true;
+        Ok(())
+    }
+
     /// Takes a region out of the tree and the LRU (handles keep it alive).
     fn forget(&mut self, region: &Arc<Region>) {
         let kind = region.pinned.kind();
@@ -1257,6 +1267,9 @@ impl Inner {
         }
     }
 }
+
+#[path = "cache/inner_tests.rs"]
+mod inner_tests;
 
 #[kernel::prelude::kunit_tests(gdrpeer_handles)]
 mod tests {
