@@ -11,7 +11,7 @@
 //! [`CpuMap`]: crate::files::CpuMap
 
 use kernel::{
-    bindings, debugfs,
+    bindings, debugfs, fmt,
     fs::{file::FileDescriptorReservation, File, Kiocb},
     ioctl::_IOC_SIZE,
     iov::IovIterDest,
@@ -103,8 +103,8 @@ impl GdrpeerFile {
         let ctx = &self.open.ctx;
         let name = CString::try_from_fmt(fmt!("{}-{}", ctx.owner_tgid(), id))?;
         let scope = files_dir.scope(ctx.clone(), &name, |ctx, dir| {
-            dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| c.show_stats(f));
-            dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| c.show_regions(f));
+            dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| show_stats(c, f));
+            dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| show_regions(c, f));
         });
         self.debugfs = Some(KBox::pin_init(scope, GFP_KERNEL)?);
         Ok(())
@@ -165,6 +165,33 @@ impl MiscDevice for GdrpeerFile {
     fn poll(me: &GdrpeerFile, file: &File, table: PollTable<'_>) -> u32 {
         files::poll_events(&me.open.ctx, file, table)
     }
+}
+
+/// A file's debugfs `stats`: its context's counters.
+fn show_stats(ctx: &Context, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let s = ctx.stats();
+    writeln!(f, "handles {}", s.handles)?;
+    writeln!(f, "merges {}", s.merges)?;
+    s.show(f)
+}
+
+/// A file's debugfs `regions`: its context's cached regions.
+fn show_regions(ctx: &Context, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "start end kind phase refs unused")?;
+    ctx.for_each_region(|region, refs, unused| {
+        let pinned = region.pinned();
+        let range = pinned.range();
+        writeln!(
+            f,
+            "{:#x} {:#x} {:?} {:?} {} {}",
+            range.start(),
+            range.end(),
+            pinned.kind(),
+            pinned.phase(),
+            refs,
+            unused
+        )
+    })
 }
 
 /// Reads an argument struct and checks its size field (the first `u32` of every one).
