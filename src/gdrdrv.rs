@@ -261,52 +261,15 @@ impl MiscDevice for GdrdrvFile {
         }
         let arg = UserPtr::from_addr(arg);
         match cmd {
-            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| {
-                let tokens = Tokens {
-                    p2p_token: p.p2p_token,
-                    va_space: p.va_space,
-                };
-                p.handle = me.pin(p.addr, p.size, Sharing::Cached, tokens)?;
-                Ok(p.handle)
-            }),
-            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| {
-                let sharing = pin_v2_sharing(p.flags)?;
-                p.handle = me.pin(p.addr, p.size, sharing, Tokens::default())?;
-                Ok(p.handle)
-            }),
+            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| me.pin_buffer(p)),
+            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| me.pin_buffer_v2(p)),
             IOC_UNPIN_BUFFER => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
-            IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| {
-                c.flag = me.open.ctx.info(c.handle)?.revoked.into();
-                Ok(())
-            }),
-            IOC_GET_INFO => update(arg, |i: &mut GetInfo| {
-                let ty = fill_info!(me, i);
-                i.mapped = (ty != abi::GDRDRV_MAPPING_TYPE_NONE).into();
-                i.wc_mapping = (ty == abi::GDRDRV_MAPPING_TYPE_WC).into();
-                Ok(())
-            }),
-            IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| {
-                i.mapping_type = fill_info!(me, i);
-                Ok(())
-            }),
-            IOC_GET_ATTR => {
-                update(arg, |a: &mut GetAttr| {
-                    a.val = match a.attr {
-                        // Callback pins: revocable, and P2P tokens are honoured.
-                        abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
-                        // Forcing PCIe needs the persistent API's flag (gdrdrv.rst).
-                        abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
-                        _ => return Err(EINVAL),
-                    };
-                    Ok(())
-                })
-            }
+            IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| me.get_cb_flag(c)),
+            IOC_GET_INFO => update(arg, |i: &mut GetInfo| me.get_info(i)),
+            IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| me.get_info_v2(i)),
+            IOC_GET_ATTR => update(arg, get_attr),
             IOC_REQ_MAPPING_TYPE => update(arg, |r: &mut ReqMappingType| me.req_mapping_type(r)),
-            IOC_GET_VERSION => update(arg, |v: &mut GetVersion| {
-                v.gdrdrv_version = abi::GDRDRV_VERSION;
-                v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
-                Ok(())
-            }),
+            IOC_GET_VERSION => update(arg, get_version),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
@@ -334,6 +297,44 @@ impl GdrdrvFile {
             let _ = self.open.ctx.unpin(handle, || {});
             self.extra.lock().remove(&handle);
         })
+    }
+
+    /// PIN_BUFFER: a callback pin in the VA space its P2P tokens name; returns the handle.
+    fn pin_buffer(&self, p: &mut PinBuffer) -> Result<u64> {
+        let tokens = Tokens {
+            p2p_token: p.p2p_token,
+            va_space: p.va_space,
+        };
+        p.handle = self.pin(p.addr, p.size, Sharing::Cached, tokens)?;
+        Ok(p.handle)
+    }
+
+    /// PIN_BUFFER_V2: a callback pin in the caller's VA space, private if its flags ask;
+    /// returns the handle.
+    fn pin_buffer_v2(&self, p: &mut PinBufferV2) -> Result<u64> {
+        let sharing = pin_v2_sharing(p.flags)?;
+        p.handle = self.pin(p.addr, p.size, sharing, Tokens::default())?;
+        Ok(p.handle)
+    }
+
+    /// GET_CB_FLAG: whether NVIDIA revoked the handle.
+    fn get_cb_flag(&self, c: &mut GetCbFlag) -> Result {
+        c.flag = self.open.ctx.info(c.handle)?.revoked.into();
+        Ok(())
+    }
+
+    /// GET_INFO: the window, the pin time, and whether and how the handle is mapped.
+    fn get_info(&self, i: &mut GetInfo) -> Result {
+        let ty = fill_info!(self, i);
+        i.mapped = (ty != abi::GDRDRV_MAPPING_TYPE_NONE).into();
+        i.wc_mapping = (ty == abi::GDRDRV_MAPPING_TYPE_WC).into();
+        Ok(())
+    }
+
+    /// GET_INFO_V2: the window, the pin time and the mapping type.
+    fn get_info_v2(&self, i: &mut GetInfoV2) -> Result {
+        i.mapping_type = fill_info!(self, i);
+        Ok(())
     }
 
     /// PIN_BUFFER(_V2): pins `[addr, addr + size)` rounded to 64 KiB pages; returns the
@@ -431,6 +432,25 @@ fn pin_v2_sharing(flags: u32) -> Result<Sharing> {
         abi::GDRDRV_PIN_FLAG_GDRPEER_NOCACHE => Ok(Sharing::Private),
         _ => Err(EINVAL),
     }
+}
+
+/// GET_ATTR: gdrpeer's answers to libgdrapi's attribute queries; -EINVAL for another.
+fn get_attr(a: &mut GetAttr) -> Result {
+    a.val = match a.attr {
+        // Callback pins: revocable, and P2P tokens are honoured.
+        abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
+        // Forcing PCIe needs the persistent API's flag (gdrdrv.rst).
+        abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
+        _ => return Err(EINVAL),
+    };
+    Ok(())
+}
+
+/// GET_VERSION: the gdrdrv ABI version and the oldest libgdrapi it serves.
+fn get_version(v: &mut GetVersion) -> Result {
+    v.gdrdrv_version = abi::GDRDRV_VERSION;
+    v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
+    Ok(())
 }
 
 /// Runs an ioctl on its argument struct: reads the whole struct (whatever size the command
