@@ -68,8 +68,9 @@ pub(crate) struct MiscDeviceRegistration<T> {
 // SAFETY: `misc_deregister` may be called from another thread than `misc_register`; the
 // registration holds nothing tied to a thread.
 unsafe impl<T> Send for MiscDeviceRegistration<T> {}
-// SAFETY: the only `&self` method, `as_raw`, returns a pointer; the C side serializes the
-// registration's uses (the misc device list's mutex) and reads the file operations only.
+// SAFETY: a shared registration gives no access to its contents in Rust (it has no `&self`
+// method); the C side serializes its uses of the `miscdevice` (the misc device list's mutex),
+// and the file operations are only read once registered, from any thread.
 unsafe impl<T> Sync for MiscDeviceRegistration<T> {}
 
 impl<T: MiscDevice> MiscDeviceRegistration<T> {
