@@ -11,11 +11,10 @@
 //! [`CpuMap`]: crate::files::CpuMap
 
 use kernel::{
-    bindings, debugfs,
+    bindings, debugfs, fmt,
     fs::{file::FileDescriptorReservation, File, Kiocb},
     ioctl::_IOC_SIZE,
     iov::IovIterDest,
-    miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
     prelude::*,
     str::CString,
@@ -32,7 +31,7 @@ use crate::{
     cache::{Context, Numbering, Sharing},
     export::{Export, Window},
     files::{self, CpuMap, MapAt, OpenFile, MMAP_HANDLE_SHIFT_PAGES},
-    fops::{self, PollOps, Pollable},
+    miscdev::{self, MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     nv_p2p::{self, PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -47,18 +46,22 @@ pub(crate) struct Chardev {
     misc: MiscDeviceRegistration<GdrpeerFile>,
     /// `gdrpeer/files`: one directory per open file.
     files_dir: debugfs::Dir,
-    /// The file operations with `poll`, installed on each open file.
-    poll_ops: PollOps<GdrpeerFile>,
 }
 
 impl Chardev {
-    /// Registers `/dev/gdrpeer`; the per-file debugfs directories go under `debugfs`.
-    pub(crate) fn new(debugfs: &debugfs::Dir) -> impl PinInit<Self, Error> {
+    /// Registers `/dev/gdrpeer`, whose open files hold `module`; the per-file debugfs
+    /// directories go under `debugfs`.
+    pub(crate) fn new(
+        debugfs: &debugfs::Dir,
+        module: &'static ThisModule,
+    ) -> impl PinInit<Self, Error> {
         let files_dir = debugfs.subdir(c"files");
         try_pin_init!(Chardev {
             files_dir,
-            poll_ops: PollOps::new(),
-            misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrpeer" }),
+            misc <- MiscDeviceRegistration::register(
+                MiscDeviceOptions { name: c"gdrpeer" },
+                module
+            ),
         })
     }
 }
@@ -100,8 +103,8 @@ impl GdrpeerFile {
         let ctx = &self.open.ctx;
         let name = CString::try_from_fmt(fmt!("{}-{}", ctx.owner_tgid(), id))?;
         let scope = files_dir.scope(ctx.clone(), &name, |ctx, dir| {
-            dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| c.show_stats(f));
-            dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| c.show_regions(f));
+            dir.read_callback_file(c"stats", ctx, &|c: &Arc<Context>, f| show_stats(c, f));
+            dir.read_callback_file(c"regions", ctx, &|c: &Arc<Context>, f| show_regions(c, f));
         });
         self.debugfs = Some(KBox::pin_init(scope, GFP_KERNEL)?);
         Ok(())
@@ -112,15 +115,12 @@ impl GdrpeerFile {
 impl MiscDevice for GdrpeerFile {
     type Ptr = KBox<Self>;
 
-    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+    fn open(_file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
         let misc: *const MiscDeviceRegistration<Self> = misc;
         // SAFETY: the only registration of `GdrpeerFile` is the `misc` field of a `Chardev`
         // (`Chardev::new`), which stays pinned in the module's data while it is registered.
         let chardev = unsafe { &*kernel::container_of!(misc, Chardev, misc) };
-        let me = KBox::new(GdrpeerFile::new(chardev)?, GFP_KERNEL)?;
-        // The module's data outlives the file: the file holds a module reference.
-        chardev.poll_ops.install(file);
-        Ok(me)
+        Ok(KBox::new(GdrpeerFile::new(chardev)?, GFP_KERNEL)?)
     }
 
     fn release(me: KBox<Self>, _file: &File) {
@@ -139,7 +139,7 @@ impl MiscDevice for GdrpeerFile {
 
     /// Reads the file's invalidation events.
     fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
-        let wait = fops::may_block(&kiocb);
+        let wait = miscdev::may_block(&kiocb);
         files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
     }
 
@@ -160,12 +160,38 @@ impl MiscDevice for GdrpeerFile {
         }
         .map(|()| 0)
     }
-}
 
-impl Pollable for GdrpeerFile {
+    /// The file's events: readable while it has some.
     fn poll(me: &GdrpeerFile, file: &File, table: PollTable<'_>) -> u32 {
         files::poll_events(&me.open.ctx, file, table)
     }
+}
+
+/// A file's debugfs `stats`: its context's counters.
+fn show_stats(ctx: &Context, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let s = ctx.stats();
+    writeln!(f, "handles {}", s.handles)?;
+    writeln!(f, "merges {}", s.merges)?;
+    s.show(f)
+}
+
+/// A file's debugfs `regions`: its context's cached regions.
+fn show_regions(ctx: &Context, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "start end kind phase refs unused")?;
+    ctx.for_each_region(|region, refs, unused| {
+        let pinned = region.pinned();
+        let range = pinned.range();
+        writeln!(
+            f,
+            "{:#x} {:#x} {:?} {:?} {} {}",
+            range.start(),
+            range.end(),
+            pinned.kind(),
+            pinned.phase(),
+            refs,
+            unused
+        )
+    })
 }
 
 /// Reads an argument struct and checks its size field (the first `u32` of every one).

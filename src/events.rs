@@ -23,7 +23,7 @@ use kernel::{
     },
 };
 
-use crate::cache::Notifier;
+use crate::notify::Notifier;
 
 /// The queued events and the slots reserved for them, under [`Events::queue`].
 ///

@@ -33,9 +33,9 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Notifier, Region},
+    cache::{Context, Region},
     dma_buf::{self, Attach, Exported, Exporter, Segment},
-    kapi,
+    notify::{as_invalidate, might_wait_for_invalidate, Notifier},
     nv_p2p::{self, PinKind},
     range::GpuRange,
     sys,
@@ -72,7 +72,7 @@ struct Revoke(Arc<ExportState>);
 
 impl Notifier for Revoke {
     fn notify(&self) {
-        kapi::as_invalidate("dma-buf importers", || {
+        as_invalidate("dma-buf importers", || {
             let dmabuf = {
                 let mut s = self.0.state.lock();
                 s.revoked = true;
@@ -204,7 +204,7 @@ impl Exporter for Export {
         if self.shared.state.lock().revoked {
             return Err(ENXIO);
         }
-        kapi::might_wait_for_invalidate();
+        might_wait_for_invalidate();
         // Once per region and device; freed with the region, after any revocation's stop.
         self.region.pinned().dma_map(&peer)?;
         Ok(peer)

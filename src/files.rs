@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! What the file front-ends, `/dev/gdrpeer` ([`crate::chardev`]) and `/dev/gdrdrv`
-//! ([`crate::gdrdrv`]), share: an open file's context and module reference ([`OpenFile`]), CPU
+//! ([`crate::gdrdrv`]), share: an open file's context ([`OpenFile`]), CPU
 //! mappings of a handle's window ([`CpuMap`]) and the reading and polling of invalidation
 //! events ([`read_events`], [`poll_events`]).
 //!
@@ -20,69 +20,22 @@ use kernel::{
     sync::{aref::ARef, poll::PollTable, Arc},
     transmute::AsBytes,
     types::ScopeGuard,
-    workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
-    cache::{Context, Mappings, Notifier, Numbering, Region},
+    cache::{Context, Mappings, Numbering, Region},
     env::Env,
     events::Read,
+    notify::Notifier,
     range::{GpuRange, GPU_PAGE_SHIFT, GPU_PAGE_SIZE},
-    sys::ModuleRef,
     uapi,
     vma::{self, Caching, Fault, FaultResult, PfnMapper, WcReservation},
 };
 
-/// An open file's reference on the module, put from gdrpeer's workqueue once the file is
-/// released.
-///
-/// The kernel crate's misc-device file operations name no owner, so an open file does not
-/// pin the module by itself. Putting the reference from `release` would let the module go
-/// while `release` still returns through its code; module exit drains the workqueue, so
-/// putting it from a work item cannot.
-#[pin_data]
-struct FileModuleRef {
-    #[pin]
-    work: Work<FileModuleRef>,
-    _module: ModuleRef,
-}
-
-impl_has_work! {
-    impl HasWork<Self> for FileModuleRef { self.work }
-}
-
-impl WorkItem for FileModuleRef {
-    type Pointer = Pin<KBox<FileModuleRef>>;
-
-    fn run(this: Pin<KBox<FileModuleRef>>) {
-        drop(this);
-    }
-}
-
-impl FileModuleRef {
-    /// A reference for a file being opened; -ENODEV once the module is going away.
-    fn new(env: &Env) -> Result<Pin<KBox<Self>>> {
-        let module = ModuleRef::get(env.module).map_err(|_| ENODEV)?;
-        KBox::pin_init(
-            pin_init!(FileModuleRef {
-                work <- new_work!("FileModuleRef::work"),
-                _module: module,
-            }),
-            GFP_KERNEL,
-        )
-    }
-
-    /// Puts the reference from the module's workqueue, once the file is released.
-    fn put(self: Pin<KBox<Self>>, env: &Env) {
-        env.queue.queue().enqueue(self);
-    }
-}
-
 /// What every open file of a front-end device holds: a context of the opening process, with
-/// events, and a reference on the module.
+/// events. (The file holds the module too: its device's file operations name the module as
+/// their owner, [`crate::miscdev`].)
 pub(crate) struct OpenFile {
-    env: &'static Env,
-    module_ref: Pin<KBox<FileModuleRef>>,
     /// The file's registration cache.
     pub(crate) ctx: Arc<Context>,
 }
@@ -90,25 +43,15 @@ pub(crate) struct OpenFile {
 impl OpenFile {
     /// The state of a file being opened, whose handles are numbered as `numbering` says.
     pub(crate) fn new(numbering: Numbering) -> Result<Self> {
-        let env = Env::get()?;
         Ok(OpenFile {
-            env,
-            module_ref: FileModuleRef::new(env)?,
-            ctx: Context::new(env, true, numbering)?,
+            ctx: Context::new(Env::get()?, true, numbering)?,
         })
     }
 
     /// The file is released: closes the context (whatever else holds it must be dropped
-    /// first) and puts the module reference.
+    /// first).
     pub(crate) fn release(self) {
-        let OpenFile {
-            env,
-            module_ref,
-            ctx,
-        } = self;
-        ctx.close();
-        drop(ctx);
-        module_ref.put(env);
+        self.ctx.close();
     }
 }
 

@@ -23,7 +23,6 @@ use kernel::{
     fs::{File, Kiocb},
     ioctl::{_IOC_TYPE, _IOWR},
     iov::IovIterDest,
-    miscdevice::{MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     mm::virt::VmaNew,
     new_mutex,
     page::PAGE_SHIFT,
@@ -38,7 +37,7 @@ use kernel::{
 use crate::{
     cache::{Numbering, Sharing},
     files::{self, CpuMap, MapAt, OpenFile},
-    fops::{self, PollOps, Pollable},
+    miscdev::{self, MiscDevice, MiscDeviceOptions, MiscDeviceRegistration},
     nv_p2p::{PinKind, Tokens},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
@@ -136,15 +135,13 @@ const NS_CLOCK_KHZ: u32 = 1_000_000;
 pub(crate) struct Gdrdrv {
     #[pin]
     misc: MiscDeviceRegistration<GdrdrvFile>,
-    /// The file operations with `poll`, installed on each open file.
-    poll_ops: PollOps<GdrdrvFile>,
 }
 
 impl Gdrdrv {
-    /// Registers `/dev/gdrdrv` if the module parameter asks for it and the name is free;
-    /// `None` otherwise, with the reason in the kernel log. A failure to register is logged
-    /// too: `/dev/gdrpeer` works without it.
-    pub(crate) fn register() -> Option<Pin<KBox<Self>>> {
+    /// Registers `/dev/gdrdrv`, whose open files hold `module`, if the module parameter asks
+    /// for it and the name is free; `None` otherwise, with the reason in the kernel log. A
+    /// failure to register is logged too: `/dev/gdrpeer` works without it.
+    pub(crate) fn register(module: &'static ThisModule) -> Option<Pin<KBox<Self>>> {
         if !params::gdrdrv() {
             pr_info!("gdrdrv=0: the gdrdrv-compatible device is not registered\n");
             return None;
@@ -155,8 +152,10 @@ impl Gdrdrv {
         }
         let dev = KBox::pin_init(
             try_pin_init!(Gdrdrv {
-                poll_ops: PollOps::new(),
-                misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"gdrdrv" }),
+                misc <- MiscDeviceRegistration::register(
+                    MiscDeviceOptions { name: c"gdrdrv" },
+                    module
+                ),
             }),
             GFP_KERNEL,
         );
@@ -199,21 +198,10 @@ pub(crate) struct GdrdrvFile {
 impl MiscDevice for GdrdrvFile {
     type Ptr = KBox<Self>;
 
-    fn open(file: &File, misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
-        let misc: *const MiscDeviceRegistration<Self> = misc;
-        // SAFETY: the only registration of `GdrdrvFile` is the `misc` field of a `Gdrdrv`
-        // (`Gdrdrv::register`), pinned in the module's data while it is registered.
-        let dev = unsafe { &*kernel::container_of!(misc, Gdrdrv, misc) };
-        let me = KBox::new(
-            GdrdrvFile {
-                open: OpenFile::new(Numbering::PageOffsets)?,
-                extra: KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?,
-            },
-            GFP_KERNEL,
-        )?;
-        // The module's data outlives the file: the file holds a module reference.
-        dev.poll_ops.install(file);
-        Ok(me)
+    fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
+        let open = OpenFile::new(Numbering::PageOffsets)?;
+        let extra = KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?;
+        Ok(KBox::new(GdrdrvFile { open, extra }, GFP_KERNEL)?)
     }
 
     fn release(me: KBox<Self>, _file: &File) {
@@ -258,7 +246,7 @@ impl MiscDevice for GdrdrvFile {
 
     /// Reads the file's invalidation events.
     fn read_iter(kiocb: Kiocb<'_, Self::Ptr>, iov: &mut IovIterDest<'_>) -> Result<usize> {
-        let wait = fops::may_block(&kiocb);
+        let wait = miscdev::may_block(&kiocb);
         files::read_events(&kiocb.file().open.ctx, iov, wait, |handle| handle)
     }
 
@@ -273,59 +261,21 @@ impl MiscDevice for GdrdrvFile {
         }
         let arg = UserPtr::from_addr(arg);
         match cmd {
-            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| {
-                let tokens = Tokens {
-                    p2p_token: p.p2p_token,
-                    va_space: p.va_space,
-                };
-                p.handle = me.pin(p.addr, p.size, Sharing::Cached, tokens)?;
-                Ok(p.handle)
-            }),
-            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| {
-                let sharing = pin_v2_sharing(p.flags)?;
-                p.handle = me.pin(p.addr, p.size, sharing, Tokens::default())?;
-                Ok(p.handle)
-            }),
+            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| me.pin_buffer(p)),
+            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| me.pin_buffer_v2(p)),
             IOC_UNPIN_BUFFER => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
-            IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| {
-                c.flag = me.open.ctx.info(c.handle)?.revoked.into();
-                Ok(())
-            }),
-            IOC_GET_INFO => update(arg, |i: &mut GetInfo| {
-                let ty = fill_info!(me, i);
-                i.mapped = (ty != abi::GDRDRV_MAPPING_TYPE_NONE).into();
-                i.wc_mapping = (ty == abi::GDRDRV_MAPPING_TYPE_WC).into();
-                Ok(())
-            }),
-            IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| {
-                i.mapping_type = fill_info!(me, i);
-                Ok(())
-            }),
-            IOC_GET_ATTR => {
-                update(arg, |a: &mut GetAttr| {
-                    a.val = match a.attr {
-                        // Callback pins: revocable, and P2P tokens are honoured.
-                        abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
-                        // Forcing PCIe needs the persistent API's flag (Documentation/user/gdrdrv.rst).
-                        abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
-                        _ => return Err(EINVAL),
-                    };
-                    Ok(())
-                })
-            }
+            IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| me.get_cb_flag(c)),
+            IOC_GET_INFO => update(arg, |i: &mut GetInfo| me.get_info(i)),
+            IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| me.get_info_v2(i)),
+            IOC_GET_ATTR => update(arg, get_attr),
             IOC_REQ_MAPPING_TYPE => update(arg, |r: &mut ReqMappingType| me.req_mapping_type(r)),
-            IOC_GET_VERSION => update(arg, |v: &mut GetVersion| {
-                v.gdrdrv_version = abi::GDRDRV_VERSION;
-                v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
-                Ok(())
-            }),
+            IOC_GET_VERSION => update(arg, get_version),
             _ => Err(ENOTTY),
         }
         .map(|()| 0)
     }
-}
 
-impl Pollable for GdrdrvFile {
+    /// The file's events: readable while it has some.
     fn poll(me: &GdrdrvFile, file: &File, table: PollTable<'_>) -> u32 {
         files::poll_events(&me.open.ctx, file, table)
     }
@@ -347,6 +297,44 @@ impl GdrdrvFile {
             let _ = self.open.ctx.unpin(handle, || {});
             self.extra.lock().remove(&handle);
         })
+    }
+
+    /// PIN_BUFFER: a callback pin in the VA space its P2P tokens name; returns the handle.
+    fn pin_buffer(&self, p: &mut PinBuffer) -> Result<u64> {
+        let tokens = Tokens {
+            p2p_token: p.p2p_token,
+            va_space: p.va_space,
+        };
+        p.handle = self.pin(p.addr, p.size, Sharing::Cached, tokens)?;
+        Ok(p.handle)
+    }
+
+    /// PIN_BUFFER_V2: a callback pin in the caller's VA space, private if its flags ask;
+    /// returns the handle.
+    fn pin_buffer_v2(&self, p: &mut PinBufferV2) -> Result<u64> {
+        let sharing = pin_v2_sharing(p.flags)?;
+        p.handle = self.pin(p.addr, p.size, sharing, Tokens::default())?;
+        Ok(p.handle)
+    }
+
+    /// GET_CB_FLAG: whether NVIDIA revoked the handle.
+    fn get_cb_flag(&self, c: &mut GetCbFlag) -> Result {
+        c.flag = self.open.ctx.info(c.handle)?.revoked.into();
+        Ok(())
+    }
+
+    /// GET_INFO: the window, the pin time, and whether and how the handle is mapped.
+    fn get_info(&self, i: &mut GetInfo) -> Result {
+        let ty = fill_info!(self, i);
+        i.mapped = (ty != abi::GDRDRV_MAPPING_TYPE_NONE).into();
+        i.wc_mapping = (ty == abi::GDRDRV_MAPPING_TYPE_WC).into();
+        Ok(())
+    }
+
+    /// GET_INFO_V2: the window, the pin time and the mapping type.
+    fn get_info_v2(&self, i: &mut GetInfoV2) -> Result {
+        i.mapping_type = fill_info!(self, i);
+        Ok(())
     }
 
     /// PIN_BUFFER(_V2): pins `[addr, addr + size)` rounded to 64 KiB pages; returns the
@@ -444,6 +432,25 @@ fn pin_v2_sharing(flags: u32) -> Result<Sharing> {
         abi::GDRDRV_PIN_FLAG_GDRPEER_NOCACHE => Ok(Sharing::Private),
         _ => Err(EINVAL),
     }
+}
+
+/// GET_ATTR: gdrpeer's answers to libgdrapi's attribute queries; -EINVAL for another.
+fn get_attr(a: &mut GetAttr) -> Result {
+    a.val = match a.attr {
+        // Callback pins: revocable, and P2P tokens are honoured.
+        abi::GDRDRV_ATTR_USE_PERSISTENT_MAPPING => 0,
+        // Forcing PCIe needs the persistent API's flag (gdrdrv.rst).
+        abi::GDRDRV_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE => 0,
+        _ => return Err(EINVAL),
+    };
+    Ok(())
+}
+
+/// GET_VERSION: the gdrdrv ABI version and the oldest libgdrapi it serves.
+fn get_version(v: &mut GetVersion) -> Result {
+    v.gdrdrv_version = abi::GDRDRV_VERSION;
+    v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
+    Ok(())
 }
 
 /// Runs an ioctl on its argument struct: reads the whole struct (whatever size the command

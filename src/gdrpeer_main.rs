@@ -30,19 +30,21 @@
 //!
 //! # Layers
 //!
-//! Each file uses only the layers above it (Documentation/dev/design.rst, "Source map"):
+//! Each file uses only the files listed before it (Documentation/dev/design.rst, "Source map",
+//! checked by tests/layers/check_deps.py):
 //!
 //! 1. The macros of the modules over bindgen's output ([`bindgen`]), kernel services the
-//!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], `poll` for misc
-//!    devices in [`fops`], dma-buf export in [`dma_buf`]) and the nv-p2p wrapper
-//!    ([`nv_p2p`], with the table gate [`gate`]).
-//! 2. The pin engine: geometry ([`range`]), decisions ([`policy`]), module parameters
-//!    ([`params`]), counters ([`stats`]), the module environment ([`env`]), the cache
-//!    ([`cache`]) and its invalidation events ([`events`]).
-//! 3. The front-ends, which know the engine and not one another: `/dev/gdrpeer`
-//!    ([`chardev`], with its uAPI in [`uapi`]), `/dev/gdrdrv` ([`gdrdrv`]), both over what
-//!    file front-ends share ([`files`]: CPU mappings, event reads), dma-buf export of windows
-//!    ([`export`], for `/dev/gdrpeer` and the kernel API), and the kernel API ([`kapi`]).
+//!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], dma-buf export
+//!    in [`dma_buf`], misc devices with `poll` and an owner in [`miscdev`]), GPU page
+//!    geometry ([`range`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
+//! 2. The pin engine: decisions ([`policy`]), module parameters ([`params`]), counters
+//!    ([`stats`]), the module environment ([`env`]), notifiers of frees ([`notify`]),
+//!    invalidation events ([`events`]) and the cache ([`cache`]).
+//! 3. What the front-ends share: `/dev/gdrpeer`'s uAPI ([`uapi`]), what the file front-ends
+//!    share ([`files`]: CPU mappings, event reads) and dma-buf export of windows ([`export`],
+//!    for `/dev/gdrpeer` and the kernel API).
+//! 4. The front-ends, which know the layers above and not one another: `/dev/gdrpeer`
+//!    ([`chardev`]), `/dev/gdrdrv` ([`gdrdrv`]) and the kernel API ([`kapi`]).
 //!
 //! # Lock order
 //!
@@ -86,8 +88,8 @@
 //! as does a dma-buf's `release` (which takes lock 1).
 
 // The layers, each using only those above it (Documentation/dev/design.rst, "Source map"):
-// kernel services and the nv-p2p wrapper; the pin engine; the front-ends. `bindgen` comes
-// first: its macros serve the modules declared after it.
+// kernel services and the nv-p2p wrapper; the pin engine; what the front-ends share; the
+// front-ends. `bindgen` comes first: its macros serve the modules declared after it.
 #[macro_use]
 mod bindgen;
 mod cache;
@@ -97,10 +99,11 @@ mod env;
 mod events;
 mod export;
 mod files;
-mod fops;
 mod gate;
 mod gdrdrv;
 mod kapi;
+mod miscdev;
+mod notify;
 mod nv_p2p;
 mod params;
 mod policy;
@@ -178,8 +181,8 @@ impl kernel::InPlaceModule for GdrpeerModule {
                 stats::GLOBAL.show(f)
             }),
             _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
-            chardev <- chardev::Chardev::new(&root),
-            _gdrdrv: gdrdrv::Gdrdrv::register(),
+            chardev <- chardev::Chardev::new(&root, module),
+            _gdrdrv: gdrdrv::Gdrdrv::register(module),
             _debugfs: root,
         })
     }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdrpeer: the C side of src/vma.rs and src/dma_buf.rs, for what bindgen
- * cannot reach portably: vm_flags_set() and pgprot_writecombine() are static
+ * gdrpeer: the C side of src/vma.rs, src/dma_buf.rs and src/sys.rs: a lockdep
+ * map, which Rust cannot define statically, and what bindgen cannot reach
+ * portably: vm_flags_set() and pgprot_writecombine() are static
  * inlines or macros on some architectures (arm64), the fault's vma, pgoff and
  * address sit in an anonymous const struct of struct vm_fault whose generated
  * Rust name depends on the layout, and sg_dma_len() names a field that exists
@@ -9,6 +10,7 @@
  * static inline where the architecture keeps no memory types.
  */
 #include <linux/io.h>
+#include <linux/lockdep.h>
 #include <linux/mm.h>
 #include <linux/scatterlist.h>
 
@@ -54,4 +56,33 @@ void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int le
 	sg_set_page(sg, NULL, 0, 0);
 	sg_dma_address(sg) = addr;
 	sg_dma_len(sg) = len;
+}
+
+/*
+ * A lockdep class for "inside a peer driver's invalidate callback". The
+ * callback runs under the NVIDIA driver's global lock, which lockdep does not
+ * see on real hardware; this map stands for it. Calls that may wait for a
+ * callback, or that take the NVIDIA lock, touch it too, so that a peer driver
+ * holding a lock around gdrpeer_* and taking the same lock in its callback is
+ * reported as the AB-BA it is.
+ */
+#ifdef CONFIG_LOCKDEP
+static struct lockdep_map gdrpeer_invalidate_map =
+	STATIC_LOCKDEP_MAP_INIT("gdrpeer_invalidate", &gdrpeer_invalidate_map);
+#endif
+
+void gdrpeer_invalidate_begin(void)
+{
+	lock_map_acquire(&gdrpeer_invalidate_map);
+}
+
+void gdrpeer_invalidate_end(void)
+{
+	lock_map_release(&gdrpeer_invalidate_map);
+}
+
+void gdrpeer_invalidate_might_wait(void)
+{
+	lock_map_acquire(&gdrpeer_invalidate_map);
+	lock_map_release(&gdrpeer_invalidate_map);
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * gdrpeer: C helpers of src/vma.rs and src/dma_buf.rs (src/helpers.c). The Rust side is generated
- * from this header by bindgen, so that the two cannot drift.
+ * gdrpeer: C helpers of src/vma.rs, src/dma_buf.rs and src/sys.rs
+ * (src/helpers.c). The Rust side is generated from this header by bindgen, so
+ * that the two cannot drift.
  */
 #ifndef _GDRPEER_HELPERS_H_
 #define _GDRPEER_HELPERS_H_
@@ -35,5 +36,15 @@ void gdrpeer_io_free_wc(phys_addr_t phys, u64 size);
  * pages make them: no page, DMA address @addr, DMA length @len.
  */
 void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int len);
+
+/*
+ * The lockdep class that stands for NVIDIA's lock (src/notify.rs): taken
+ * around a notifier called from the free callback (a peer driver's invalidate
+ * callback, the invalidation of dma-buf importers), and touched where a caller
+ * may wait for one.
+ */
+void gdrpeer_invalidate_begin(void);
+void gdrpeer_invalidate_end(void);
+void gdrpeer_invalidate_might_wait(void);
 
 #endif

@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdrpeer: the exports of the kernel API (include/gdrpeer-kapi.h) and the
- * lockdep annotations around peer drivers' invalidate callbacks. The API is
+ * gdrpeer: the exports of the kernel API (include/gdrpeer-kapi.h). The API is
  * implemented in Rust (src/kapi.rs); EXPORT_SYMBOL_GPL exists only in C, so
  * these wrappers carry the exports, with CRCs from the header's prototypes.
  */
 #include <linux/export.h>
-#include <linux/lockdep.h>
 #include <linux/module.h>
 
 #include "gdrpeer-kapi.h"
@@ -62,32 +60,3 @@ struct dma_buf *gdrpeer_dmabuf_export_flags(struct gdrpeer_ctx *ctx, u64 va, u64
 	return gdrpeer_rs_dmabuf_export(ctx, va, len, flags, offset);
 }
 EXPORT_SYMBOL_GPL(gdrpeer_dmabuf_export_flags);
-
-/*
- * A lockdep class for "inside a peer driver's invalidate callback". The
- * callback runs under the NVIDIA driver's global lock, which lockdep does not
- * see on real hardware; this map stands for it. Calls that may wait for a
- * callback, or that take the NVIDIA lock, touch it too, so that a peer driver
- * holding a lock around gdrpeer_* and taking the same lock in its callback is
- * reported as the AB-BA it is.
- */
-#ifdef CONFIG_LOCKDEP
-static struct lockdep_map gdrpeer_invalidate_map =
-	STATIC_LOCKDEP_MAP_INIT("gdrpeer_invalidate", &gdrpeer_invalidate_map);
-#endif
-
-void gdrpeer_invalidate_begin(void)
-{
-	lock_map_acquire(&gdrpeer_invalidate_map);
-}
-
-void gdrpeer_invalidate_end(void)
-{
-	lock_map_release(&gdrpeer_invalidate_map);
-}
-
-void gdrpeer_invalidate_might_wait(void)
-{
-	lock_map_acquire(&gdrpeer_invalidate_map);
-	lock_map_release(&gdrpeer_invalidate_map);
-}

@@ -31,11 +31,4 @@ struct gdrpeer_rs_fns {
 	typeof(gdrpeer_rs_dmabuf_export) *dmabuf_export;
 };
 
-/* Around a peer driver's invalidate callback. */
-void gdrpeer_invalidate_begin(void);
-void gdrpeer_invalidate_end(void);
-
-/* Where a caller may wait for an invalidate callback (or NVIDIA's lock). */
-void gdrpeer_invalidate_might_wait(void);
-
 #endif /* _GDRPEER_KAPI_INTERNAL_H_ */

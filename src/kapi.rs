@@ -18,14 +18,14 @@ use kernel::{
     prelude::*,
     sync::{aref::ARef, Arc},
     task::might_sleep,
-    time::{Instant, Monotonic},
     types::ScopeGuard,
 };
 
 use crate::{
-    cache::{Context, Notifier, Numbering, Region},
+    cache::{Context, Numbering, Region},
     env::Env,
     export::{Export, Window},
+    notify::{as_invalidate, might_wait_for_invalidate, Notifier},
     params,
     range::{GpuRange, GPU_PAGE_SIZE},
 };
@@ -42,31 +42,6 @@ unsafe impl Send for Invalidate {}
 // is made, and call `f(data)` (`notify`), which the API's contract allows from any thread.
 unsafe impl Sync for Invalidate {}
 
-/// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
-/// lockdep class that stands for NVIDIA's lock (src/kapi-exports.c), and reports it as `what`
-/// in the kernel log when it takes longer than `invalidate_warn_ms`.
-pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
-    let start = Instant::<Monotonic>::now();
-    // SAFETY: plain C functions without preconditions.
-    unsafe { bindings::gdrpeer_invalidate_begin() };
-    let r = f();
-    // SAFETY: a plain C function without preconditions; it releases the lockdep map that
-    // `gdrpeer_invalidate_begin` acquired above.
-    unsafe { bindings::gdrpeer_invalidate_end() };
-    let took = start.elapsed();
-    // The limit is a module parameter (`invalidate_warn_ms`).
-    let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
-    if took.as_millis() > limit {
-        pr_warn!(
-            "{} took {} ms (invalidate_warn_ms {})\n",
-            what,
-            took.as_millis(),
-            limit
-        );
-    }
-    r
-}
-
 impl Notifier for Invalidate {
     /// Calls it, under the lockdep class that stands for NVIDIA's lock, warning if it is slow.
     fn notify(&self) {
@@ -76,14 +51,6 @@ impl Notifier for Invalidate {
             unsafe { (self.f)(self.data) }
         });
     }
-}
-
-/// Notes, for lockdep, that the caller may wait for an invalidate callback (or take NVIDIA's
-/// lock).
-pub(crate) fn might_wait_for_invalidate() {
-    might_sleep();
-    // SAFETY: a plain C function without preconditions.
-    unsafe { bindings::gdrpeer_invalidate_might_wait() };
 }
 
 /// A `struct gdrpeer_ctx`.

@@ -8,8 +8,8 @@
 //! TODO: each goes when the kernel crate has what it waits for:
 //! - [`OwnedQueue`]: an owned, destroyable workqueue (`kernel::workqueue` has only the
 //!   system queues and a `Queue` reference to a C one);
-//! - [`ModuleRef`]: `try_module_get`/`module_put` on a `ThisModule` (misc devices name no
-//!   owner, so an open file does not pin the module);
+//! - [`ModuleRef`]: `try_module_get`/`module_put` on a `ThisModule` (a pin NVIDIA can call
+//!   back holds the module);
 //! - [`current_is_kthread`]: `Task` flags (`PF_KTHREAD`);
 //! - [`capable_sys_rawio`]: `capable()` with the capability constants;
 //! - [`pci_device`]: a lookup of a `pci::Device` by domain, bus and devfn;
@@ -17,14 +17,16 @@
 //!   `device::Device` (both are private in 7.2);
 //! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`;
 //! - [`path_exists`]: a path lookup (`kern_path`, whose header the bindings lack);
-//! - [`kmalloc_size`]: what an allocation of a size really takes (`kmalloc_size_roundup`).
+//! - [`kmalloc_size`]: what an allocation of a size really takes (`kmalloc_size_roundup`);
+//! - [`InvalidateClass`]: a statically defined lockdep map (`lock_map_acquire`).
 
 use core::ptr::NonNull;
 use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
 
 bindgen_module! {
     /// The C helpers of src/helpers.c (PFN mappings for [`crate::vma`], DMA-only scatterlists
-    /// for [`crate::dma_buf`]), generated from src/helpers.h.
+    /// for [`crate::dma_buf`], the lockdep map of [`InvalidateClass`]), generated from
+    /// src/helpers.h.
     //
     // `improper_ctypes`: the kernel's structs arrive through `kernel::bindings`, whose own
     // declarations allow it for the same reason (empty structs of disabled config options).
@@ -177,4 +179,28 @@ pub(crate) fn path_exists(path: &CStr) -> bool {
 pub(crate) fn kmalloc_size(size: usize) -> usize {
     // SAFETY: `kmalloc_size_roundup` only computes, for any size.
     unsafe { bindings::kmalloc_size_roundup(size) }
+}
+
+/// The lockdep class that stands for NVIDIA's lock, which lockdep does not see on real
+/// hardware (a map of src/helpers.c): held around what the free callback calls, touched
+/// where a caller may wait for the callback.
+pub(crate) struct InvalidateClass;
+
+impl InvalidateClass {
+    /// Acquires the class for `f`'s duration.
+    pub(crate) fn hold<R>(f: impl FnOnce() -> R) -> R {
+        // SAFETY: a plain C function without preconditions.
+        unsafe { helpers::gdrpeer_invalidate_begin() };
+        let r = f();
+        // SAFETY: a plain C function without preconditions; it releases the map that
+        // `gdrpeer_invalidate_begin` acquired above.
+        unsafe { helpers::gdrpeer_invalidate_end() };
+        r
+    }
+
+    /// Acquires and releases the class: the caller may wait for what holds it.
+    pub(crate) fn might_wait() {
+        // SAFETY: a plain C function without preconditions.
+        unsafe { helpers::gdrpeer_invalidate_might_wait() };
+    }
 }

@@ -332,6 +332,7 @@ run_plan() {
 	t modversions-accept-matching-exporter test_modversions_accept_matching_exporter
 	kunit_results gdrpeer_range
 	kunit_results gdrpeer_cache
+	kunit_results gdrpeer_cache_inner
 	kunit_results gdrpeer_handles
 	kunit_results gdrpeer_gate
 	kunit_results gdrpeer_export

@@ -146,9 +146,10 @@ load() {
 	case $1 in */nvsim*.ko) echo "$NVSIM_ZERO" >$NVSIM_JUDGED ;; esac
 }
 unload() { rmmod "$1" 2>/dev/null || true; }
-# Unloads modules in order, each given up to 5 s: a closed file's or a revoked region's
-# reference on gdrpeer is put from gdrpeer's workqueue, just after close or the callback
-# returns, so an rmmod at once may find it still held (EAGAIN).
+# Unloads modules in order, each given up to 5 s: a revoked region's reference on gdrpeer
+# is put from gdrpeer's workqueue, just after the callback returns, and a file closed by
+# another task (a child's exit) is released a little after, so an rmmod at once may find
+# the module still held (EAGAIN).
 unload_wait() {
 	for m in "$@"; do
 		tries=5

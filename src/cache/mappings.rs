@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The CPU mappings of a handle ([`Mappings`]), which unpinning the handle ends.
+
+use kernel::{
+    new_condvar, new_spinlock,
+    prelude::*,
+    sync::{Arc, CondVar, SpinLock},
+};
+
+/// The CPU mappings of one handle, and the faults in progress in them.
+///
+/// Faults enter ([`Mappings::enter`]) while the handle lives. Unpinning the handle ends them
+/// ([`Mappings::end`]): no fault enters after, the faults inside are waited for, and then the
+/// front-end zaps the mappings, so that no page-table entry survives the handle. A fault
+/// inserts one page-table entry and waits for nothing of the engine's, so the wait is short.
+#[pin_data]
+pub(crate) struct Mappings {
+    #[pin]
+    pub(super) state: SpinLock<MappingsState>,
+    /// Signalled when a fault leaves.
+    #[pin]
+    pub(super) left: CondVar,
+}
+
+pub(super) struct MappingsState {
+    /// Live mappings (what one mmap made, however many vmas it became).
+    pub(super) live: u64,
+    /// Faults inside.
+    pub(super) faults: u32,
+    /// The handle was unpinned: faults get SIGBUS.
+    pub(super) ended: bool,
+}
+
+impl Mappings {
+    pub(super) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Mappings {
+                state <- new_spinlock!(
+                    MappingsState {
+                        live: 0,
+                        faults: 0,
+                        ended: false,
+                    },
+                    "Mappings::state"
+                ),
+                left <- new_condvar!("Mappings::left"),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// A mapping went away (its last vma closed: munmap, exit). Takes only a spinlock: it
+    /// runs from a vma's `close`, under the process's `mmap_lock`.
+    pub(crate) fn put(&self) {
+        self.state.lock().live -= 1;
+    }
+
+    /// A fault enters; false once the handle is unpinned. Pair with [`Mappings::leave`].
+    pub(crate) fn enter(&self) -> bool {
+        let mut s = self.state.lock();
+        if s.ended {
+            return false;
+        }
+        s.faults += 1;
+        true
+    }
+
+    /// A fault that entered is done.
+    pub(crate) fn leave(&self) {
+        self.state.lock().faults -= 1;
+        self.left.notify_all();
+    }
+
+    /// Ends the mappings: no fault enters any more, and those inside are done on return.
+    pub(super) fn end(&self) {
+        let mut s = self.state.lock();
+        s.ended = true;
+        while s.faults > 0 {
+            self.left.wait(&mut s);
+        }
+    }
+}

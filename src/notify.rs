@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! How the engine tells front-ends that NVIDIA freed a region: the [`Notifier`] they
+//! register on it, and the lockdep class and time limit every notification runs under
+//! ([`as_invalidate`], [`might_wait_for_invalidate`]).
+
+use kernel::{
+    prelude::*,
+    task::might_sleep,
+    time::{Instant, Monotonic},
+};
+
+use crate::{params, sys::InvalidateClass};
+
+/// What a front-end registers on a region to hear that NVIDIA freed it (the kernel API's
+/// invalidate callbacks, the zap of `/dev/gdrpeer`'s CPU mappings). Called once, from NVIDIA's
+/// free callback, after the region's readers left and before the table is freed: under
+/// NVIDIA's lock, so it must not sleep on anything that waits for the engine.
+pub(crate) trait Notifier: Send + Sync {
+    /// The region's memory is being freed: stop using its addresses before returning.
+    fn notify(&self);
+}
+
+/// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the
+/// lockdep class that stands for NVIDIA's lock ([`InvalidateClass`]), and reports it as `what`
+/// in the kernel log when it takes longer than `invalidate_warn_ms`.
+pub(crate) fn as_invalidate<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    let start = Instant::<Monotonic>::now();
+    let r = InvalidateClass::hold(f);
+    let took = start.elapsed();
+    // The limit is a module parameter (`invalidate_warn_ms`).
+    let limit = i64::try_from(params::invalidate_warn_ms()).unwrap_or(i64::MAX);
+    if took.as_millis() > limit {
+        pr_warn!(
+            "{} took {} ms (invalidate_warn_ms {})\n",
+            what,
+            took.as_millis(),
+            limit
+        );
+    }
+    r
+}
+
+/// Notes, for lockdep, that the caller may wait for an invalidate callback (or take NVIDIA's
+/// lock).
+pub(crate) fn might_wait_for_invalidate() {
+    might_sleep();
+    InvalidateClass::might_wait();
+}
