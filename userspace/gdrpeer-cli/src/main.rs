@@ -181,7 +181,7 @@ fn main() -> ExitCode {
     }
     match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError::NoCuda(e)) => {
+        Err(CliError::Gdrpeer(e @ gdrpeer::Error::CudaLoad(_))) => {
             eprintln!("gdrpeer: {e} (demo, events and dmabuf need a CUDA driver)");
             ExitCode::from(NO_CUDA)
         }
@@ -197,12 +197,6 @@ fn main() -> ExitCode {
 enum CliError {
     #[error(transparent)]
     Gdrpeer(#[from] gdrpeer::Error),
-    #[error(transparent)]
-    NoCuda(#[from] gdrpeer::cuda::CudaLoadError),
-    #[error(transparent)]
-    Cuda(#[from] gdrpeer::cuda::CudaCallError),
-    #[error(transparent)]
-    Cache(#[from] gdrpeer::regcache::CacheError),
     #[error("{0}")]
     Demo(&'static str),
     #[error("{0}")]

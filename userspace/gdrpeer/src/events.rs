@@ -63,18 +63,12 @@ pub trait EventSource: AsFd {
                 let got = fds[0].revents();
                 if got.contains(PollFlags::ERR) {
                     // What poll says to a process that is not the opener.
-                    return Err(Error::Ioctl {
-                        op: Op::ReadEvents,
-                        errno: Errno::ACCESS,
-                    });
+                    return Err(Error::ioctl(Op::ReadEvents, Errno::ACCESS));
                 }
                 Ok(n > 0 && got.contains(PollFlags::IN))
             }
             Err(Errno::INTR) => Ok(false),
-            Err(errno) => Err(Error::Ioctl {
-                op: Op::ReadEvents,
-                errno,
-            }),
+            Err(errno) => Err(Error::ioctl(Op::ReadEvents, errno)),
         }
     }
 
@@ -113,20 +107,12 @@ fn read_batch(fd: rustix::fd::BorrowedFd<'_>) -> Result<Vec<Event>, Error> {
     let n = loop {
         match rustix::io::read(fd, &mut *bytes) {
             Err(Errno::INTR) => continue,
-            r => {
-                break r.map_err(|errno| Error::Ioctl {
-                    op: Op::ReadEvents,
-                    errno,
-                })?
-            }
+            r => break r.map_err(|errno| Error::ioctl(Op::ReadEvents, errno))?,
         }
     };
     if n % size_of::<uapi::Event>() != 0 {
         // The uAPI returns whole records only.
-        return Err(Error::Ioctl {
-            op: Op::ReadEvents,
-            errno: Errno::IO,
-        });
+        return Err(Error::ioctl(Op::ReadEvents, Errno::IO));
     }
     Ok(raw[..n / size_of::<uapi::Event>()]
         .iter()

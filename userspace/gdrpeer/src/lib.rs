@@ -17,12 +17,14 @@
 //! ```
 
 pub mod cuda;
+mod error;
 pub mod events;
 pub mod gdrdrv;
 mod pci;
 pub mod regcache;
 pub mod uapi;
 
+pub use error::Error;
 pub use events::{Event, EventKind, EventSource};
 pub use pci::{ParsePciAddressError, PciAddress};
 pub use uapi::CacheStats;
@@ -37,111 +39,11 @@ use std::{
     marker::PhantomData,
     mem::ManuallyDrop,
     ops::{BitOr, Deref},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 /// Path of the gdrpeer device node.
 pub const DEFAULT_PATH: &str = "/dev/gdrpeer";
-
-/// What went wrong, with the errno where the kernel gave one.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Opening the device failed.
-    #[error("cannot open {path}: {errno}{hint}", hint = open_hint(*.errno))]
-    Open {
-        /// The device path.
-        path: PathBuf,
-        /// The errno of open(2).
-        errno: Errno,
-    },
-    /// The module speaks an ABI this library cannot use.
-    #[error(
-        "gdrpeer module ABI {}.{} is incompatible with this library's {}.{} \
-         (need the same major and a minor >= {})",
-        .module >> 16, .module & 0xffff, uapi::ABI_MAJOR, uapi::ABI_MINOR, uapi::ABI_MINOR_NEEDED
-    )]
-    AbiMismatch {
-        /// The module's ABI version word.
-        module: u32,
-    },
-    /// `/dev/gdrdrv` answered against the ABI (what libgdrapi checks after a call).
-    #[error("/dev/gdrdrv: {0}")]
-    Gdrdrv(&'static str),
-    /// An ioctl failed.
-    #[error("{op}: {errno}{hint}", hint = ioctl_hint(*.op, *.errno))]
-    Ioctl {
-        /// The ioctl that failed.
-        op: Op,
-        /// The errno the module returned.
-        errno: Errno,
-    },
-}
-
-fn open_hint(errno: Errno) -> &'static str {
-    match errno {
-        Errno::NOENT => " (is gdrpeer.ko loaded?)",
-        Errno::ACCESS | Errno::PERM => {
-            " (no permission: see the udev rule in Documentation/security.rst)"
-        }
-        _ => "",
-    }
-}
-
-/// What `errno` means for `op`, where the uAPI gives it a meaning.
-fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
-    match (op, errno) {
-        (Op::GetVersion, _) => "",
-        (_, Errno::ACCESS) => " (the file belongs to another process)",
-        (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
-        (Op::ReadEvents, Errno::INVAL) => " (the module predates events: ABI 1.3 needed)",
-        (Op::ExportDmabuf, Errno::NOTTY) => " (the module predates dma-buf export: ABI 1.4 needed)",
-        (Op::ExportDmabuf, Errno::INVAL) => {
-            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
-             or a range PIN refuses)"
-        }
-        (Op::ExportDmabuf, Errno::MFILE) => " (no file descriptor left in this process)",
-        (Op::ExportDmabuf, Errno::OPNOTSUPP) => {
-            " (the driver refuses persistent pins: MIG, vGPU, confidential computing, or no \
-             persistent API)"
-        }
-        (Op::GdrdrvMmap, Errno::INVAL) => {
-            " (unknown handle, one mapped already or freed, a pin not starting on a 64 KiB \
-             page, MAP_PRIVATE, an offset other than the handle's, or past the window)"
-        }
-        (Op::GdrdrvReqMappingType, Errno::BUSY) => " (the handle is mapped: munmap it first)",
-        (Op::GdrdrvReqMappingType, Errno::OPNOTSUPP) => {
-            " (the memory cannot be mapped so here: CACHING needs memory the CPU may cache)"
-        }
-        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::NOMEM) => {
-            " (BAR1 is full, or the file's handles have no room left for the window)"
-        }
-        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::INVAL) => {
-            " (bad address, size, token or flags)"
-        }
-        (Op::Mmap, Errno::INVAL) => {
-            " (unknown handle, MAP_PRIVATE, or a range past the handle's window)"
-        }
-        (_, Errno::INVAL) => " (bad size, flags, length or handle)",
-        (Op::GetPages | Op::DmaMap, Errno::PERM) => " (needs CAP_SYS_RAWIO)",
-        (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
-            " (the address array is shorter than the window)"
-        }
-        (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
-        (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
-        (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
-        _ => "",
-    }
-}
-
-impl Error {
-    /// The errno behind this error, if the kernel gave one.
-    pub fn errno(&self) -> Option<Errno> {
-        match self {
-            Error::Open { errno, .. } | Error::Ioctl { errno, .. } => Some(*errno),
-            Error::AbiMismatch { .. } | Error::Gdrdrv(_) => None,
-        }
-    }
-}
 
 /// A CPU mapping of a window of pinned GPU memory ([`Device::map`]),
 /// unmapped on drop.
@@ -172,7 +74,7 @@ impl Mapping {
                 offset,
             )
         }
-        .map_err(|errno| Error::Ioctl { op, errno })?;
+        .map_err(|errno| Error::ioctl(op, errno))?;
         Ok(Mapping {
             ptr: ptr.cast(),
             len,
@@ -622,10 +524,7 @@ impl Device {
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
             // GDRPEER_MMAP_OFFSET cannot encode it.
-            return Err(Error::Ioctl {
-                op: Op::Mmap,
-                errno: Errno::OVERFLOW,
-            });
+            return Err(Error::ioctl(Op::Mmap, Errno::OVERFLOW));
         }
         Mapping::new(
             self.fd.as_fd(),
@@ -674,10 +573,7 @@ impl Device {
         call(&self.fd, &mut e)?;
         // The module installs a new descriptor only on success, and reports it.
         if e.fd < 0 {
-            return Err(Error::Ioctl {
-                op: Op::ExportDmabuf,
-                errno: Errno::BADF,
-            });
+            return Err(Error::ioctl(Op::ExportDmabuf, Errno::BADF));
         }
         Ok(Dmabuf {
             // SAFETY: a descriptor the module has just installed for this process and told
@@ -737,10 +633,7 @@ fn open_rdwr(path: &Path) -> Result<OwnedFd, Error> {
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|errno| Error::Open {
-        path: path.to_owned(),
-        errno,
-    })
+    .map_err(|errno| Error::open(path.to_owned(), errno))
 }
 
 /// Same major, and a minor at least the one needed: with equal majors that is comparing the
@@ -844,7 +737,7 @@ fn call<const OPCODE: Opcode, T: IoctlArg<OPCODE>>(fd: &OwnedFd, arg: &mut T) ->
     // SAFETY: `IoctlArg<OPCODE>` promises that `OPCODE` takes a `T`, which the Updater
     // passes, and accesses no user memory that `arg` does not borrow.
     unsafe { ioctl::ioctl(fd, ioctl::Updater::<OPCODE, T>::new(arg)) }
-        .map_err(|errno| Error::Ioctl { op: T::OP, errno })
+        .map_err(|errno| Error::ioctl(T::OP, errno))
 }
 
 #[cfg(test)]
@@ -870,84 +763,6 @@ mod tests {
         assert!(
             !abi_compatible(uapi::ABI_MAJOR << 16 | (uapi::ABI_MINOR_NEEDED - 1)),
             "an older one is not"
-        );
-    }
-
-    #[test]
-    fn ioctl_errors_say_what_the_errno_means() {
-        let msg = |op, errno| Error::Ioctl { op, errno }.to_string();
-        let hint = |op, errno| {
-            let m = msg(op, errno);
-            let prefix = format!("{op}: {errno}");
-            assert!(m.starts_with(&prefix), "{m}");
-            m[prefix.len()..].to_string()
-        };
-        for op in [
-            Op::Pin,
-            Op::Unpin,
-            Op::GetInfo,
-            Op::GetPages,
-            Op::DmaMap,
-            Op::Stats,
-            Op::ExportDmabuf,
-        ] {
-            assert_eq!(
-                hint(op, Errno::ACCESS),
-                " (the file belongs to another process)"
-            );
-            assert_eq!(
-                hint(op, Errno::NXIO),
-                " (the GPU memory was freed (revoked): unpin the handle)"
-            );
-            assert_eq!(hint(op, Errno::BADF), "");
-        }
-        for op in [
-            Op::Pin,
-            Op::Unpin,
-            Op::GetInfo,
-            Op::GetPages,
-            Op::DmaMap,
-            Op::Stats,
-        ] {
-            assert_eq!(
-                hint(op, Errno::INVAL),
-                " (bad size, flags, length or handle)"
-            );
-        }
-        assert_eq!(
-            hint(Op::ExportDmabuf, Errno::INVAL),
-            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
-             or a range PIN refuses)"
-        );
-        assert_eq!(
-            hint(Op::ExportDmabuf, Errno::NOTTY),
-            " (the module predates dma-buf export: ABI 1.4 needed)"
-        );
-        assert_eq!(hint(Op::Pin, Errno::NOTTY), "");
-        for op in [Op::GetPages, Op::DmaMap] {
-            assert_eq!(hint(op, Errno::PERM), " (needs CAP_SYS_RAWIO)");
-            assert_eq!(
-                hint(op, Errno::NOSPC),
-                " (the address array is shorter than the window)"
-            );
-        }
-        assert_eq!(
-            hint(Op::Pin, Errno::NOMEM),
-            " (no BAR1 space, even after evicting unused regions)"
-        );
-        assert_eq!(
-            hint(Op::Pin, Errno::OPNOTSUPP),
-            " (the NVIDIA driver does not support persistent pins)"
-        );
-        assert_eq!(hint(Op::DmaMap, Errno::NODEV), " (no such PCI device)");
-        // Meanings the uAPI gives only to other ioctls.
-        assert_eq!(hint(Op::Pin, Errno::PERM), "");
-        assert_eq!(hint(Op::Stats, Errno::NOMEM), "");
-        assert_eq!(hint(Op::GetPages, Errno::NODEV), "");
-        assert_eq!(hint(Op::GetVersion, Errno::ACCESS), "");
-        assert_eq!(
-            msg(Op::DmaMap, Errno::NODEV),
-            format!("DMA_MAP: {} (no such PCI device)", Errno::NODEV)
         );
     }
 

@@ -4,6 +4,7 @@
 //! checked. The table is read from the document itself, so a row without a check here, or a
 //! check without a row there, fails the test.
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
 };
@@ -149,7 +150,7 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
             );
             match Device::open_default() {
                 Ok(_) => Err("opened as uid 65534".into()),
-                Err(e) => e.errno().ok_or_else(|| e.to_string()),
+                Err(e) => e.errno_of().ok_or_else(|| e.to_string()),
             }
         })
     });
