@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CUDA driver API calls gdrpeer's user space needs, loaded at run time from
+//! The CUDA driver API calls gdrpeer's user space needs (feature `cuda`, on by default), loaded
+//! at run time from
 //! `libcuda.so.1` (libloading): the same code runs over NVIDIA's libcuda and over the
 //! simulated one in the test guest, and a machine with neither gets [`Error::CudaLoad`], not a
 //! link failure.

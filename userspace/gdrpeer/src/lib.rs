@@ -16,6 +16,7 @@
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
 
+#[cfg(feature = "cuda")]
 pub mod cuda;
 mod error;
 pub mod events;
