@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CUDA driver API calls gdrpeer's user space needs (feature `cuda`, on by default), loaded
-//! at run time from
-//! `libcuda.so.1` (libloading): the same code runs over NVIDIA's libcuda and over the
-//! simulated one in the test guest, and a machine with neither gets [`Error::CudaLoad`], not a
-//! link failure.
+//! The CUDA driver API calls gdrpeer's user space needs (feature `cuda`, on by default),
+//! loaded at run time from `libcuda.so.1` (libloading): the same code runs over NVIDIA's
+//! libcuda and over the simulated one in the test guest, and a machine with neither gets
+//! [`Error::CudaLoad`], not a link failure.
 
 use crate::{
     regcache::{CudaError, PointerInfo},

@@ -792,3 +792,8 @@ mod tests {
         );
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
