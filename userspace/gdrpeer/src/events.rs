@@ -48,6 +48,21 @@ const BATCH: usize = 64;
 
 /// A device file that queues invalidation events: [`crate::Device`] and
 /// [`crate::gdrdrv::Gdrdrv`]. Only the process that opened the file may read them.
+///
+/// ```no_run
+/// use gdrpeer::{Device, EventKind, EventSource};
+/// use std::time::Duration;
+/// let dev = Device::open_default()?;
+/// // ... pins; then, in the event loop:
+/// if dev.wait_events(Some(Duration::from_millis(100)))? {
+///     for e in dev.read_events()? {
+///         if e.kind == EventKind::Revoked {
+///             dev.unpin(e.handle)?; // the memory was freed: drop the registration
+///         }
+///     }
+/// }
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 pub trait EventSource: AsFd {
     /// Waits up to `timeout` (`None`: for ever) for the file to become readable; whether it
     /// did. A signal ends the wait early with `false`.

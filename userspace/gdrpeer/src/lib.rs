@@ -47,7 +47,8 @@ use std::{
 pub const DEFAULT_PATH: &str = "/dev/gdrpeer";
 
 /// A CPU mapping of a window of pinned GPU memory ([`Device::map`]),
-/// unmapped on drop.
+/// unmapped on drop: cached where NVIDIA marks the memory CPU-cacheable,
+/// write-combining otherwise.
 ///
 /// The memory is device memory shared with the GPU and other mappings, so it
 /// is accessed through raw pointers ([`Mapping::as_ptr`]) or the volatile
@@ -228,6 +229,13 @@ impl ModuleVersion {
 }
 
 /// Flags of [`Device::pin`].
+///
+/// ```
+/// use gdrpeer::PinFlags;
+/// let f = PinFlags::PERSISTENT | PinFlags::NOCACHE;
+/// assert!(f.contains(PinFlags::NOCACHE));
+/// assert_eq!(PinFlags::empty().bits(), 0);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PinFlags(u32);
 
@@ -281,6 +289,15 @@ pub struct Pin {
 }
 
 /// A [`Pin`] that unpins itself when dropped, ignoring errors.
+///
+/// ```no_run
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = gdrpeer::Device::open_default()?;
+/// let pin = dev.pin_guard(va, len, gdrpeer::PinFlags::empty())?;
+/// println!("handle {}: {} pages from {:#x}", pin.handle, pin.page_count, pin.aligned_va);
+/// pin.unpin()?; // or let it drop
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PinGuard<'a> {
     dev: &'a Device,
@@ -354,6 +371,16 @@ pub struct HandleInfo {
 /// handle or to the [`Device`] it came from. Importers must take peer-to-peer memory and
 /// handle invalidation: when the driver frees the memory, they are told to stop, and later
 /// mappings fail with ENXIO. The CPU cannot map it (use [`Device::map`]).
+///
+/// ```no_run
+/// use std::os::fd::AsRawFd;
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = gdrpeer::Device::open_default()?;
+/// let buf = dev.export_dmabuf_range(va, len)?;
+/// // ibv_reg_dmabuf_mr(pd, buf.offset, len, va, fd, access) takes it from here.
+/// println!("fd {}: {} bytes", buf.fd.as_raw_fd(), buf.size);
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Dmabuf {
     /// The dma-buf, close-on-exec; it may be passed to other processes.
@@ -405,6 +432,20 @@ impl CacheStats {
 ///
 /// Every call but [`Device::get_version`] must come from the process that
 /// opened the device.
+///
+/// ```no_run
+/// use gdrpeer::{Device, PinFlags, PinState};
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = Device::open_default()?;
+/// println!("module ABI {}", dev.version().abi_string());
+/// let pin = dev.pin(va, len, PinFlags::empty())?;
+/// assert_eq!(dev.info(pin.handle)?.state, PinState::Valid);
+/// let bus_addresses = dev.get_pages(pin.handle)?; // CAP_SYS_RAWIO
+/// let nic: gdrpeer::PciAddress = "0000:3b:00.0".parse().unwrap();
+/// let dma_addresses = dev.dma_map(pin.handle, nic)?; // as the NIC sees them
+/// dev.unpin(pin.handle)?;
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Device {
     fd: OwnedFd,
@@ -519,9 +560,24 @@ impl Device {
     }
 
     /// Maps `len` bytes of `handle`'s window, from byte `offset` (a multiple
-    /// of 4 KiB), for CPU access: write-combining, shared, unmapped when the
-    /// returned [`Mapping`] is dropped. UNPIN of the handle withdraws it, as
-    /// does the GPU memory being freed: access through it then raises SIGBUS.
+    /// of 4 KiB), for CPU access: shared, unmapped when the returned [`Mapping`]
+    /// is dropped. Since ABI 1.3 the mapping is cached where NVIDIA's page table
+    /// marks the memory CPU-cacheable (a 2.x table with
+    /// `NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE`: platforms where the CPU reaches
+    /// GPU memory coherently), write-combining otherwise (a 1.x table is always
+    /// write-combining). UNPIN of the handle withdraws it, as does the GPU memory
+    /// being freed: access through it then raises SIGBUS.
+    ///
+    /// ```no_run
+    /// # let (va, len) = (0u64, 65536usize);
+    /// let dev = gdrpeer::Device::open_default()?;
+    /// let pin = dev.pin_guard(va, len as u64, gdrpeer::PinFlags::empty())?;
+    /// let map = dev.map(pin.handle, 0, len)?;
+    /// map.write(pin.offset as usize, b"to the GPU");
+    /// let mut back = [0u8; 10];
+    /// map.read(pin.offset as usize, &mut back);
+    /// # Ok::<(), gdrpeer::Error>(())
+    /// ```
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
             // GDRPEER_MMAP_OFFSET cannot encode it.

@@ -101,6 +101,19 @@ struct Entry {
 }
 
 /// The cache, over a [`Pinner`] and a [`PointerInfo`].
+///
+/// ```no_run
+/// # #[cfg(feature = "cuda")] {
+/// use gdrpeer::{cuda::Cuda, regcache::RegCache, Device};
+/// let (cuda, dev) = (Cuda::load()?, Device::open_default()?);
+/// let mut cache = RegCache::new(&dev, &cuda, 64);
+/// let buf = cuda.mem_alloc(1 << 20)?;
+/// let reg = cache.get(buf + 4096, 4096)?; // a miss: pins the whole allocation
+/// let again = cache.get(buf, 4096)?; // a hit
+/// assert_eq!(reg.handle, again.handle);
+/// # }
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 pub struct RegCache<P: Pinner, C: PointerInfo> {
     pinner: P,
     cuda: C,
