@@ -83,6 +83,23 @@ impl Mapping {
         })
     }
 
+    /// Gives up the mapping without unmapping it: its first byte and length, for code that
+    /// unmaps it itself (munmap(2), or [`Mapping::from_raw`]).
+    pub fn into_raw(self) -> (*mut u8, usize) {
+        let m = ManuallyDrop::new(self);
+        (m.ptr, m.len)
+    }
+
+    /// Takes back a mapping [`Mapping::into_raw`] gave up, to unmap it on drop.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` and `len` must be what one `into_raw` returned, and nothing else may unmap or
+    /// take back that mapping.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        Mapping { ptr, len }
+    }
+
     /// The first byte of the mapping.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
