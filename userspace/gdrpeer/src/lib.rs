@@ -15,6 +15,12 @@
 //! println!("dma-buf fd {:?}, {} bytes, va at offset {}", buf.fd, buf.size, buf.offset);
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
+//!
+//! Every call returns [`Error`], whose message names the errno and its likely cause for that
+//! call; [`Error::errno`] gives the raw errno. The `cuda` feature (default) adds the `cuda` module,
+//! which loads `libcuda.so.1` at run time. `examples/` has runnable programs: allocate, pin,
+//! map and export (`pin_map_dmabuf`), the registration cache (`regcache`), revocation events
+//! (`events`). C programs use the same calls through libgdrpeer (`gdrpeer/libgdrpeer.h`).
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
