@@ -10,7 +10,13 @@
 use gdrpeer::{cuda::Cuda, Device, EventKind, EventSource, PinFlags, PinState};
 use std::time::Duration;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+mod common;
+
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cuda = Cuda::load()?;
     let dev = Device::open_default()?;
     let len = 2 << 20;

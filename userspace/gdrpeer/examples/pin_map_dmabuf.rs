@@ -11,7 +11,13 @@
 use gdrpeer::{cuda::Cuda, Device, PinFlags, PinState};
 use std::os::fd::AsRawFd;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+mod common;
+
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cuda = Cuda::load()?;
     let dev = Device::open_default()?;
     println!("gdrpeer module ABI {}", dev.version().abi_string());

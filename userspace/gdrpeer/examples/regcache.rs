@@ -9,7 +9,13 @@
 
 use gdrpeer::{cuda::Cuda, regcache::RegCache, Device, Error};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+mod common;
+
+fn main() -> std::process::ExitCode {
+    common::exit(run())
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let cuda = Cuda::load()?;
     let dev = Device::open_default()?;
     // At most 16 allocations pinned; the least recently used goes first.
