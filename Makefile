@@ -79,6 +79,8 @@ kdir-check:
 #   kernel API        $(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h (and uapi/gdrpeer.h)
 #   Module.symvers    $(GDRPEER_SRCDIR)/<release>/Module.symvers, for NIC drivers
 #   udev rule         $(udevrulesdir)/70-gdrpeer.rules
+#   libgdrpeer        $(includedir)/gdrpeer/libgdrpeer.h, and, once built
+#                     (make libgdrpeer), $(libdir)/libgdrpeer.so.0, .so, .a
 # Keep GDRPEER_VERSION equal to PACKAGE_VERSION in dkms.conf.
 GDRPEER_VERSION := 0.1.0
 DESTDIR ?=
@@ -86,6 +88,7 @@ INSTALL_MOD_PATH ?= $(DESTDIR)
 INSTALL_MOD_DIR ?= updates
 prefix ?= /usr
 includedir ?= $(prefix)/include
+libdir ?= $(prefix)/lib
 udevrulesdir ?= $(prefix)/lib/udev/rules.d
 GDRPEER_SRCDIR ?= $(prefix)/src/gdrpeer-$(GDRPEER_VERSION)
 bindir ?= $(prefix)/bin
@@ -129,6 +132,20 @@ install: modules_install
 	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/uapi/gdrpeer.h
 	install -D -m 0644 Module.symvers $(DESTDIR)$(GDRPEER_SRCDIR)/$(KRELEASE)/Module.symvers
 	install -D -m 0644 udev/70-gdrpeer.rules $(DESTDIR)$(udevrulesdir)/70-gdrpeer.rules
+	install -D -m 0644 include/gdrpeer/libgdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/libgdrpeer.h
+	$(if $(wildcard $(LIBGDRPEER_SO)),$(install_libgdrpeer),@echo "gdrpeer: libgdrpeer is not built (make libgdrpeer): only its header was installed")
+
+# libgdrpeer, the C library for /dev/gdrpeer (userspace/gdrpeer-c,
+# Documentation/user/library.rst), built by cargo; make install installs it.
+LIBGDRPEER_SO = userspace/target/release/libgdrpeer_c.so
+.PHONY: libgdrpeer
+libgdrpeer:
+	cd userspace && cargo build --release --locked -p gdrpeer-c
+define install_libgdrpeer
+	install -D -m 0755 $(LIBGDRPEER_SO) $(DESTDIR)$(libdir)/libgdrpeer.so.0
+	ln -sf libgdrpeer.so.0 $(DESTDIR)$(libdir)/libgdrpeer.so
+	install -D -m 0644 $(LIBGDRPEER_SO:.so=.a) $(DESTDIR)$(libdir)/libgdrpeer.a
+endef
 
 define install_cli
 install -D -m 0755 $(CLI_OUT)/gdrpeer $(DESTDIR)$(bindir)/gdrpeer

@@ -344,6 +344,10 @@ run_plan() {
 	t cli-json test_cli_json
 	t cli-doctor test_cli_doctor "ok    iommu: off: "
 	t cli-doctor-without-gdrpeer test_cli_doctor_without_gdrpeer
+	t crate-example-pin-map-dmabuf test_crate_example pin_map_dmabuf
+	t crate-example-regcache test_crate_example regcache
+	t crate-example-events test_crate_example events
+	t libgdrpeer-c test_libgdrpeer_c
 	t rmmod-order test_rmmod_order
 	t gdrdrv-not-registered-with-gdrdrv-0 test_gdrdrv_param_off
 	t gdrdrv-not-registered-over-another test_gdrdrv_name_taken

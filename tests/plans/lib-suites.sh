@@ -71,6 +71,31 @@ test_cli_gdrdrv_info() {
 # line per revoked handle, on both devices. Each is an allocation of its own
 # (2 MiB or more): CUDA carves smaller ones out of shared blocks, and freeing
 # one need not call anything back (nvsim's callback_per_buffer=0).
+# --- The gdrpeer crate's examples and libgdrpeer (Documentation/user/library.rst)
+
+# test_crate_example NAME: userspace/gdrpeer/examples/NAME.rs (staged as
+# gdrpeer-example-NAME) over nvsim and the simulated libcuda; each checks what
+# it shows and prints "ok" last.
+test_crate_example() {
+	ensure_loaded nvsim gdrpeer
+	out=$(gdrpeer-example-$1 2>&1) || fail "gdrpeer-example-$1: $out"
+	echo "$out"
+	[ "$(echo "$out" | tail -n1)" = ok ] || fail "gdrpeer-example-$1 did not finish"
+}
+
+# The C test program of libgdrpeer (tests/libgdrpeer), linked against
+# libgdrpeer.so.0: every check must pass.
+test_libgdrpeer_c() {
+	ensure_loaded nvsim gdrpeer
+	rc=0
+	out=$(libgdrpeer-test 2>&1) || rc=$?
+	echo "$out"
+	[ "$rc" -eq 0 ] || fail "libgdrpeer-test exited with status $rc: $(echo "$out" | grep '^FAIL')"
+	for c in open-missing-node version pin-map-copy bad-input export-dmabuf events; do
+		echo "$out" | grep -q "^PASS $c$" || fail "libgdrpeer-test: $c did not pass"
+	done
+}
+
 test_cli_events() {
 	ensure_loaded nvsim gdrpeer
 	for dev in "" --gdrdrv; do

@@ -59,6 +59,10 @@ run_plan() {
 	t cli-events$S test_cli_events
 	t cli-doctor$S test_cli_doctor "ok    iommu: off: "
 	t cli-doctor-without-gdrpeer$S test_cli_doctor_without_gdrpeer
+	t crate-example-pin-map-dmabuf$S test_crate_example pin_map_dmabuf
+	t crate-example-regcache$S test_crate_example regcache
+	t crate-example-events$S test_crate_example events
+	t libgdrpeer-c$S test_libgdrpeer_c
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite

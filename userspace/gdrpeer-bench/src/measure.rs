@@ -112,7 +112,7 @@ pub fn g<T>(r: Result<T, gdrpeer::Error>, what: &str) -> Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
 }
 
-pub fn c<T>(r: Result<T, gdrpeer::cuda::CudaCallError>) -> Result<T, String> {
+pub fn c<T>(r: Result<T, gdrpeer::Error>) -> Result<T, String> {
     r.map_err(|e| e.to_string())
 }
 

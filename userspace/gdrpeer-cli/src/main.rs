@@ -270,7 +270,7 @@ fn parse_number(s: &str) -> Result<u64, String> {
 
 /// The errno behind a library error. The one place that knows the library's errno type.
 fn errno_of(e: &gdrpeer::Error) -> Option<i32> {
-    e.errno().map(|e| e.raw_os_error())
+    e.errno()
 }
 
 /// The exit status for a command line clap refused or answered (help, version).
@@ -297,6 +297,12 @@ fn main() -> ExitCode {
     };
     match run(&cli) {
         Ok(status) => ExitCode::from(status),
+        Err(e @ CliError::Gdrpeer(gdrpeer::Error::CudaLoad(_))) => {
+            eprintln!(
+                "gdrpeer: {e} (pin, pages, dma-map, dmabuf, events and demo need a CUDA driver)"
+            );
+            ExitCode::from(e.status())
+        }
         Err(e) => {
             eprintln!("gdrpeer: {e}");
             ExitCode::from(e.status())
@@ -309,12 +315,6 @@ fn main() -> ExitCode {
 enum CliError {
     #[error(transparent)]
     Gdrpeer(#[from] gdrpeer::Error),
-    #[error("{0} (pin, pages, dma-map, dmabuf, events and demo need a CUDA driver)")]
-    NoCuda(#[from] gdrpeer::cuda::CudaLoadError),
-    #[error(transparent)]
-    Cuda(#[from] gdrpeer::cuda::CudaCallError),
-    #[error(transparent)]
-    Cache(#[from] gdrpeer::regcache::CacheError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -328,7 +328,7 @@ impl CliError {
     fn status(&self) -> u8 {
         match self {
             CliError::Usage(_) => USAGE,
-            CliError::NoCuda(_) => NO_CUDA,
+            CliError::Gdrpeer(gdrpeer::Error::CudaLoad(_)) => NO_CUDA,
             _ => FAILURE,
         }
     }

@@ -9,6 +9,7 @@
 //!
 //! Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded, and libcuda.so.1.
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, gstat, ok,
     p2pclient_addresses, param, pattern, K64,
@@ -720,7 +721,7 @@ fn export_racing_a_free_queues_no_event() -> TestResult {
                     "import of a dma-buf whose memory was freed",
                 )?;
             }
-            Err(e) => check_eq!(e.errno(), Some(Errno::NXIO), "export racing the free"),
+            Err(e) => check_eq!(e.errno_of(), Some(Errno::NXIO), "export racing the free"),
         }
         let events = ok(d.try_read_events(), "events")?;
         check!(

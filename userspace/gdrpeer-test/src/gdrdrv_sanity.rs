@@ -7,6 +7,7 @@
 //! UNPIN; fork before and after map and a receiver of the file (EACCES); P2P tokens; a
 //! thread pinning; a re-pin served by the cache (and NOCACHE not); one event per revocation.
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{fails, gstat, ok, pattern, K64};
 use crate::proc::{byte, fork, recv_fd, send_byte, send_fd, unix_pair, wait};
 use crate::sanity::{c, cu, expect_sigbus, load, DevMem, OWN_ALLOCATION};
@@ -236,7 +237,7 @@ fn not_opener_gets_eacces(fd: BorrowedFd<'_>, handle: u64) -> TestResult {
         ..Default::default()
     };
     check_eq!(
-        gdrdrv::call(fd, &mut i).err().and_then(|e| e.errno()),
+        gdrdrv::call(fd, &mut i).err().and_then(|e| e.errno_of()),
         Some(Errno::ACCESS),
         "GET_INFO_V2"
     );

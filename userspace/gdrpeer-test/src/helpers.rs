@@ -33,7 +33,7 @@ pub fn fails<T: std::fmt::Debug>(
 ) -> Result<Errno, String> {
     match r {
         Ok(v) => Err(format!("{what}: succeeded ({v:?}), expected an error")),
-        Err(e) => e.errno().ok_or_else(|| format!("{what}: {e}")),
+        Err(e) => e.errno_of().ok_or_else(|| format!("{what}: {e}")),
     }
 }
 
@@ -369,7 +369,7 @@ pub fn without_rawio(d: &Device, handle: u64) -> Result<(Errno, Errno), String> 
             Ok((
                 pages.err().ok_or("GET_PAGES succeeded")?,
                 map.err()
-                    .and_then(|e| e.errno())
+                    .and_then(|e| e.errno_of())
                     .ok_or("DMA_MAP succeeded")?,
             ))
         })
@@ -402,4 +402,16 @@ pub fn mapping_round_trip(
     map.read(0, &mut seen);
     check_eq!(seen, back, format!("the mapping read {what}"));
     Ok(())
+}
+
+/// The errno of a gdrpeer error as rustix's `Errno`, for comparing with its constants.
+pub trait ErrnoOf {
+    /// [`gdrpeer::Error::errno`], as an `Errno`.
+    fn errno_of(&self) -> Option<Errno>;
+}
+
+impl ErrnoOf for gdrpeer::Error {
+    fn errno_of(&self) -> Option<Errno> {
+        self.errno().map(Errno::from_raw_os_error)
+    }
 }

@@ -5,6 +5,7 @@
 //! kernel API. Run with nvsim.ko, p2pclient.ko, gdrpeer.ko and gdrnic.ko loaded.
 
 use crate::failnth::{walk, Op, Ready};
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     all_released, check_dma_kind, check_dma_reaches, edu, eventually, gdrpeer_idle, gstat,
     iommu_domain, p2pclient_addresses, param, pattern, K64,
@@ -650,7 +651,7 @@ fn reg_dmabuf_setup() -> Ready<RegDmabuf> {
 fn reg_dmabuf_call(r: &mut RegDmabuf) -> Result<(), Errno> {
     let b =
         r.d.export_dmabuf_range(r.va + K64 + 333, 2 * K64)
-            .map_err(|e| e.errno().unwrap_or(Errno::PROTO))?;
+            .map_err(|e| e.errno_of().unwrap_or(Errno::PROTO))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&b.fd);
     let size = b.size;
     r.buf = Some(b);

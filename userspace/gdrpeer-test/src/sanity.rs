@@ -9,7 +9,7 @@
 
 use crate::helpers::{dev, fails, gdrpeer_idle, ok, pattern, K64};
 use crate::proc;
-use gdrpeer::cuda::{Cuda, CudaCallError};
+use gdrpeer::cuda::Cuda;
 use gdrpeer::regcache::{CudaError, PointerInfo};
 use gdrpeer::{PinFlags, PinState};
 use nvsim::testing::{self as harness, TestResult, SKIP};
@@ -35,7 +35,7 @@ pub fn cu() -> &'static Cuda {
     CUDA.get().expect("sanity::load ran first")
 }
 
-pub fn c(e: CudaCallError) -> String {
+pub fn c(e: gdrpeer::Error) -> String {
     e.to_string()
 }
 

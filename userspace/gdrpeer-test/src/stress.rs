@@ -24,6 +24,7 @@
 //!
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
 use crate::nic::{Nic, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE};
 use crate::sigbus::{self, Probe, SIGBUS_EXIT};
@@ -122,7 +123,7 @@ fn gdrdrv_map_and_touch(
     let window = g.info(h).map_err(errno_of)?.mapped_size;
     if !aligned {
         return match g.mmap(h, 0, window as usize) {
-            Err(e) if e.errno() == Some(Errno::INVAL) => Ok(()),
+            Err(e) if e.errno_of() == Some(Errno::INVAL) => Ok(()),
             // Mapped, or refused for another reason: not what gdrdrv does.
             _ => Err(Errno::PROTO),
         };
@@ -134,11 +135,10 @@ fn gdrdrv_map_and_touch(
         gone_ok: false,
     };
     let mapped = |_, len| {
-        g.mmap(h, 0, len).map_err(|e| match e.errno() {
-            Some(Errno::INVAL) if g.cb_flag(h).unwrap_or(false) => gdrpeer::Error::Ioctl {
-                op: gdrpeer::Op::GdrdrvMmap,
-                errno: Errno::NXIO,
-            },
+        g.mmap(h, 0, len).map_err(|e| match e.errno_of() {
+            Some(Errno::INVAL) if g.cb_flag(h).unwrap_or(false) => {
+                gdrpeer::Error::from_errno(gdrpeer::Op::GdrdrvMmap, Errno::NXIO.raw_os_error())
+            }
             _ => e,
         })
     };
@@ -493,7 +493,7 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
 }
 
 fn errno_of(e: gdrpeer::Error) -> Errno {
-    e.errno().unwrap_or(Errno::PROTO)
+    e.errno_of().unwrap_or(Errno::PROTO)
 }
 
 fn nvsim_knob(file: &str, value: &str) -> Result<(), Errno> {

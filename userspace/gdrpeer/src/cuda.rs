@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CUDA driver API calls gdrpeer's user space needs, loaded at run time from
-//! `libcuda.so.1` (libloading): the same code runs over NVIDIA's libcuda and over the
-//! simulated one in the test guest, and a machine with neither gets [`CudaLoadError`], not a
-//! link failure.
+//! The CUDA driver API calls gdrpeer's user space needs (feature `cuda`, on by default),
+//! loaded at run time from `libcuda.so.1` (libloading): the same code runs over NVIDIA's
+//! libcuda and over the simulated one in the test guest, and a machine with neither gets
+//! [`Error::CudaLoad`], not a link failure.
 
-use crate::regcache::{CudaError, PointerInfo};
+use crate::{
+    regcache::{CudaError, PointerInfo},
+    Error,
+};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 type CuResult = c_uint;
@@ -14,25 +17,6 @@ const ERROR_INVALID_VALUE: CuResult = 1;
 const ATTR_P2P_TOKENS: c_uint = 5;
 const ATTR_SYNC_MEMOPS: c_uint = 6;
 const ATTR_BUFFER_ID: c_uint = 7;
-
-/// libcuda.so.1 is not there, or lacks an entry point.
-#[derive(Debug, thiserror::Error)]
-#[error("no usable CUDA driver library: {0}")]
-pub struct CudaLoadError(String);
-
-/// A CUDA driver call that failed, with CUDA's name and text for the error.
-#[derive(Debug, thiserror::Error)]
-#[error("{call}: {name} ({text})")]
-pub struct CudaCallError {
-    /// The entry point.
-    pub call: &'static str,
-    /// The CUresult.
-    pub code: u32,
-    /// `cuGetErrorName`.
-    pub name: String,
-    /// `cuGetErrorString`.
-    pub text: String,
-}
 
 /// The loaded library, initialised, with device 0's primary context current.
 pub struct Cuda {
@@ -56,17 +40,17 @@ macro_rules! sym {
     ($lib:expr, $name:literal) => {
         // SAFETY: the symbol has the CUDA driver API signature of the field it fills.
         *unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
-            .map_err(|e| CudaLoadError(format!("{}: {e}", $name)))?
+            .map_err(|e| Error::CudaLoad(format!("{}: {e}", $name)))?
     };
 }
 
 impl Cuda {
     /// Loads `libcuda.so.1` (found as the dynamic linker finds libraries), calls `cuInit` and
     /// makes device 0's primary context current in this thread.
-    pub fn load() -> Result<Self, CudaLoadError> {
+    pub fn load() -> Result<Self, Error> {
         // SAFETY: loading libcuda runs no initialisers with preconditions.
         let lib = unsafe { libloading::Library::new("libcuda.so.1") }
-            .map_err(|e| CudaLoadError(e.to_string()))?;
+            .map_err(|e| Error::CudaLoad(e.to_string()))?;
         let cu = Cuda {
             init: sym!(lib, "cuInit"),
             ctx_retain: sym!(lib, "cuDevicePrimaryCtxRetain"),
@@ -92,7 +76,7 @@ impl Cuda {
                 })
             })
             .and_then(|()| cu.check("cuCtxSetCurrent", unsafe { (cu.ctx_set_current)(ctx) }))
-            .map_err(|e| CudaLoadError(e.to_string()))?;
+            .map_err(|e| Error::CudaLoad(e.to_string()))?;
         Ok(cu)
     }
 
@@ -110,11 +94,11 @@ impl Cuda {
         unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
     }
 
-    fn check(&self, call: &'static str, r: CuResult) -> Result<(), CudaCallError> {
+    fn check(&self, call: &'static str, r: CuResult) -> Result<(), Error> {
         if r == SUCCESS {
             return Ok(());
         }
-        Err(CudaCallError {
+        Err(Error::Cuda {
             call,
             code: r,
             name: self.text(self.error_name, r),
@@ -123,7 +107,7 @@ impl Cuda {
     }
 
     /// `cuMemAlloc`.
-    pub fn mem_alloc(&self, size: usize) -> Result<u64, CudaCallError> {
+    pub fn mem_alloc(&self, size: usize) -> Result<u64, Error> {
         let mut p = 0;
         // SAFETY: see `load`.
         self.check("cuMemAlloc", unsafe { (self.alloc)(&mut p, size) })?;
@@ -131,14 +115,14 @@ impl Cuda {
     }
 
     /// `cuMemFree`.
-    pub fn mem_free(&self, p: u64) -> Result<(), CudaCallError> {
+    pub fn mem_free(&self, p: u64) -> Result<(), Error> {
         // SAFETY: see `load`.
         self.check("cuMemFree", unsafe { (self.free)(p) })
     }
 
     /// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_P2P_TOKENS)`: the buffer's P2P token and
     /// VA-space token, as a gdrdrv PIN_BUFFER takes them.
-    pub fn p2p_tokens(&self, ptr: u64) -> Result<(u64, u32), CudaCallError> {
+    pub fn p2p_tokens(&self, ptr: u64) -> Result<(u64, u32), Error> {
         /// `CUDA_POINTER_ATTRIBUTE_P2P_TOKENS`.
         #[repr(C)]
         struct Tokens {
@@ -157,7 +141,7 @@ impl Cuda {
     }
 
     /// `cuMemcpyHtoD`.
-    pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), CudaCallError> {
+    pub fn copy_to_device(&self, dst: u64, src: &[u8]) -> Result<(), Error> {
         // SAFETY: see `load`; `src` is readable for its length.
         self.check("cuMemcpyHtoD", unsafe {
             (self.htod)(dst, src.as_ptr().cast(), src.len())
@@ -165,7 +149,7 @@ impl Cuda {
     }
 
     /// `cuMemcpyDtoH`.
-    pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<(), CudaCallError> {
+    pub fn copy_from_device(&self, dst: &mut [u8], src: u64) -> Result<(), Error> {
         // SAFETY: see `load`; `dst` is writable for its length.
         self.check("cuMemcpyDtoH", unsafe {
             (self.dtoh)(dst.as_mut_ptr().cast(), src, dst.len())

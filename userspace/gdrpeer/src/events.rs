@@ -48,6 +48,21 @@ const BATCH: usize = 64;
 
 /// A device file that queues invalidation events: [`crate::Device`] and
 /// [`crate::gdrdrv::Gdrdrv`]. Only the process that opened the file may read them.
+///
+/// ```no_run
+/// use gdrpeer::{Device, EventKind, EventSource};
+/// use std::time::Duration;
+/// let dev = Device::open_default()?;
+/// // ... pins; then, in the event loop:
+/// if dev.wait_events(Some(Duration::from_millis(100)))? {
+///     for e in dev.read_events()? {
+///         if e.kind == EventKind::Revoked {
+///             dev.unpin(e.handle)?; // the memory was freed: drop the registration
+///         }
+///     }
+/// }
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 pub trait EventSource: AsFd {
     /// Waits up to `timeout` (`None`: for ever) for the file to become readable; whether it
     /// did. A signal ends the wait early with `false`.
@@ -63,18 +78,12 @@ pub trait EventSource: AsFd {
                 let got = fds[0].revents();
                 if got.contains(PollFlags::ERR) {
                     // What poll says to a process that is not the opener.
-                    return Err(Error::Ioctl {
-                        op: Op::ReadEvents,
-                        errno: Errno::ACCESS,
-                    });
+                    return Err(Error::ioctl(Op::ReadEvents, Errno::ACCESS));
                 }
                 Ok(n > 0 && got.contains(PollFlags::IN))
             }
             Err(Errno::INTR) => Ok(false),
-            Err(errno) => Err(Error::Ioctl {
-                op: Op::ReadEvents,
-                errno,
-            }),
+            Err(errno) => Err(Error::ioctl(Op::ReadEvents, errno)),
         }
     }
 
@@ -113,20 +122,12 @@ fn read_batch(fd: rustix::fd::BorrowedFd<'_>) -> Result<Vec<Event>, Error> {
     let n = loop {
         match rustix::io::read(fd, &mut *bytes) {
             Err(Errno::INTR) => continue,
-            r => {
-                break r.map_err(|errno| Error::Ioctl {
-                    op: Op::ReadEvents,
-                    errno,
-                })?
-            }
+            r => break r.map_err(|errno| Error::ioctl(Op::ReadEvents, errno))?,
         }
     };
     if n % size_of::<uapi::Event>() != 0 {
         // The uAPI returns whole records only.
-        return Err(Error::Ioctl {
-            op: Op::ReadEvents,
-            errno: Errno::IO,
-        });
+        return Err(Error::ioctl(Op::ReadEvents, Errno::IO));
     }
     Ok(raw[..n / size_of::<uapi::Event>()]
         .iter()

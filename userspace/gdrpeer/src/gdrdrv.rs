@@ -327,7 +327,7 @@ pub fn call<const OPCODE: Opcode, T: Arg<OPCODE>>(
 ) -> Result<(), Error> {
     // SAFETY: `Arg<OPCODE>` promises that `OPCODE` takes one `T` and nothing else.
     unsafe { ioctl::ioctl(fd, ioctl::Updater::<OPCODE, T>::new(arg)) }
-        .map_err(|errno| Error::Ioctl { op: T::OP, errno })
+        .map_err(|errno| Error::ioctl(T::OP, errno))
 }
 
 impl Gdrdrv {
@@ -461,10 +461,7 @@ impl Gdrdrv {
         let off = handle
             .checked_mul(1 << PAGE_SHIFT)
             .and_then(|o| o.checked_add(offset))
-            .ok_or(Error::Ioctl {
-                op: Op::GdrdrvMmap,
-                errno: Errno::OVERFLOW,
-            })?;
+            .ok_or(Error::ioctl(Op::GdrdrvMmap, Errno::OVERFLOW))?;
         Mapping::new(self.fd.as_fd(), off, len, Op::GdrdrvMmap)
     }
 
@@ -486,10 +483,9 @@ impl Gdrdrv {
         mapping_type: u32,
     ) -> Result<(Mapping, u32), Error> {
         let gpu_page = GPU_PAGE_SIZE as usize;
-        let len = len.checked_next_multiple_of(gpu_page).ok_or(Error::Ioctl {
-            op: Op::GdrdrvMmap,
-            errno: Errno::OVERFLOW,
-        })?;
+        let len = len
+            .checked_next_multiple_of(gpu_page)
+            .ok_or(Error::ioctl(Op::GdrdrvMmap, Errno::OVERFLOW))?;
         self.req_mapping_type(handle, mapping_type)?;
         let map = self.mmap(handle, 0, len)?;
         let got = self.info_v2(handle)?.mapping_type;

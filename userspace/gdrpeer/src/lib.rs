@@ -15,14 +15,23 @@
 //! println!("dma-buf fd {:?}, {} bytes, va at offset {}", buf.fd, buf.size, buf.offset);
 //! # Ok::<(), gdrpeer::Error>(())
 //! ```
+//!
+//! Every call returns [`Error`], whose message names the errno and its likely cause for that
+//! call; [`Error::errno`] gives the raw errno. The `cuda` feature (default) adds the `cuda` module,
+//! which loads `libcuda.so.1` at run time. `examples/` has runnable programs: allocate, pin,
+//! map and export (`pin_map_dmabuf`), the registration cache (`regcache`), revocation events
+//! (`events`). C programs use the same calls through libgdrpeer (`gdrpeer/libgdrpeer.h`).
 
+#[cfg(feature = "cuda")]
 pub mod cuda;
+mod error;
 pub mod events;
 pub mod gdrdrv;
 mod pci;
 pub mod regcache;
 pub mod uapi;
 
+pub use error::Error;
 pub use events::{Event, EventKind, EventSource};
 pub use pci::{ParsePciAddressError, PciAddress};
 pub use uapi::CacheStats;
@@ -37,114 +46,15 @@ use std::{
     marker::PhantomData,
     mem::ManuallyDrop,
     ops::{BitOr, Deref},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 /// Path of the gdrpeer device node.
 pub const DEFAULT_PATH: &str = "/dev/gdrpeer";
 
-/// What went wrong, with the errno where the kernel gave one.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Opening the device failed.
-    #[error("cannot open {path}: {errno}{hint}", hint = open_hint(*.errno))]
-    Open {
-        /// The device path.
-        path: PathBuf,
-        /// The errno of open(2).
-        errno: Errno,
-    },
-    /// The module speaks an ABI this library cannot use.
-    #[error(
-        "gdrpeer module ABI {}.{} is incompatible with this library's {}.{} \
-         (need the same major and a minor >= {})",
-        .module >> 16, .module & 0xffff, uapi::ABI_MAJOR, uapi::ABI_MINOR, uapi::ABI_MINOR_NEEDED
-    )]
-    AbiMismatch {
-        /// The module's ABI version word.
-        module: u32,
-    },
-    /// `/dev/gdrdrv` answered against the ABI (what libgdrapi checks after a call).
-    #[error("/dev/gdrdrv: {0}")]
-    Gdrdrv(&'static str),
-    /// An ioctl failed.
-    #[error("{op}: {errno}{hint}", hint = ioctl_hint(*.op, *.errno))]
-    Ioctl {
-        /// The ioctl that failed.
-        op: Op,
-        /// The errno the module returned.
-        errno: Errno,
-    },
-}
-
-fn open_hint(errno: Errno) -> &'static str {
-    match errno {
-        Errno::NOENT => " (is gdrpeer.ko loaded?)",
-        Errno::ACCESS | Errno::PERM => {
-            " (no permission: see Device permissions in Documentation/user/configuration.rst)"
-        }
-        _ => "",
-    }
-}
-
-/// What `errno` means for `op`, where the uAPI gives it a meaning.
-fn ioctl_hint(op: Op, errno: Errno) -> &'static str {
-    match (op, errno) {
-        (Op::GetVersion, _) => "",
-        (_, Errno::ACCESS) => " (the file belongs to another process)",
-        (_, Errno::NXIO) => " (the GPU memory was freed (revoked): unpin the handle)",
-        (Op::ReadEvents, Errno::INVAL) => " (the module predates events: ABI 1.3 needed)",
-        (Op::ExportDmabuf, Errno::NOTTY) => " (the module predates dma-buf export: ABI 1.4 needed)",
-        (Op::ExportDmabuf, Errno::INVAL) => {
-            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
-             or a range PIN refuses)"
-        }
-        (Op::ExportDmabuf, Errno::MFILE) => " (no file descriptor left in this process)",
-        (Op::ExportDmabuf, Errno::OPNOTSUPP) => {
-            " (the driver refuses persistent pins: MIG, vGPU, confidential computing, or no \
-             persistent API)"
-        }
-        (Op::GdrdrvMmap, Errno::INVAL) => {
-            " (unknown handle, one mapped already or freed, a pin not starting on a 64 KiB \
-             page, MAP_PRIVATE, an offset other than the handle's, or past the window)"
-        }
-        (Op::GdrdrvReqMappingType, Errno::BUSY) => " (the handle is mapped: munmap it first)",
-        (Op::GdrdrvReqMappingType, Errno::OPNOTSUPP) => {
-            " (the memory cannot be mapped so here: CACHING needs memory the CPU may cache)"
-        }
-        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::NOMEM) => {
-            " (BAR1 is full, or the file's handles have no room left for the window)"
-        }
-        (Op::GdrdrvPinBuffer | Op::GdrdrvPinBufferV2, Errno::INVAL) => {
-            " (bad address, size, token or flags)"
-        }
-        (Op::Mmap, Errno::INVAL) => {
-            " (unknown handle, MAP_PRIVATE, or a range past the handle's window)"
-        }
-        (_, Errno::INVAL) => " (bad size, flags, length or handle)",
-        (Op::GetPages | Op::DmaMap, Errno::PERM) => " (needs CAP_SYS_RAWIO)",
-        (Op::GetPages | Op::DmaMap, Errno::NOSPC) => {
-            " (the address array is shorter than the window)"
-        }
-        (Op::Pin, Errno::NOMEM) => " (no BAR1 space, even after evicting unused regions)",
-        (Op::Pin, Errno::OPNOTSUPP) => " (the NVIDIA driver does not support persistent pins)",
-        (Op::DmaMap, Errno::NODEV) => " (no such PCI device)",
-        _ => "",
-    }
-}
-
-impl Error {
-    /// The errno behind this error, if the kernel gave one.
-    pub fn errno(&self) -> Option<Errno> {
-        match self {
-            Error::Open { errno, .. } | Error::Ioctl { errno, .. } => Some(*errno),
-            Error::AbiMismatch { .. } | Error::Gdrdrv(_) => None,
-        }
-    }
-}
-
 /// A CPU mapping of a window of pinned GPU memory ([`Device::map`]),
-/// unmapped on drop.
+/// unmapped on drop: cached where NVIDIA marks the memory CPU-cacheable,
+/// write-combining otherwise.
 ///
 /// The memory is device memory shared with the GPU and other mappings, so it
 /// is accessed through raw pointers ([`Mapping::as_ptr`]) or the volatile
@@ -172,11 +82,28 @@ impl Mapping {
                 offset,
             )
         }
-        .map_err(|errno| Error::Ioctl { op, errno })?;
+        .map_err(|errno| Error::ioctl(op, errno))?;
         Ok(Mapping {
             ptr: ptr.cast(),
             len,
         })
+    }
+
+    /// Gives up the mapping without unmapping it: its first byte and length, for code that
+    /// unmaps it itself (munmap(2), or [`Mapping::from_raw`]).
+    pub fn into_raw(self) -> (*mut u8, usize) {
+        let m = ManuallyDrop::new(self);
+        (m.ptr, m.len)
+    }
+
+    /// Takes back a mapping [`Mapping::into_raw`] gave up, to unmap it on drop.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` and `len` must be what one `into_raw` returned, and nothing else may unmap or
+    /// take back that mapping.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        Mapping { ptr, len }
     }
 
     /// The first byte of the mapping.
@@ -325,6 +252,13 @@ impl ModuleVersion {
 }
 
 /// Flags of [`Device::pin`].
+///
+/// ```
+/// use gdrpeer::PinFlags;
+/// let f = PinFlags::PERSISTENT | PinFlags::NOCACHE;
+/// assert!(f.contains(PinFlags::NOCACHE));
+/// assert_eq!(PinFlags::empty().bits(), 0);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct PinFlags(u32);
 
@@ -378,6 +312,15 @@ pub struct Pin {
 }
 
 /// A [`Pin`] that unpins itself when dropped, ignoring errors.
+///
+/// ```no_run
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = gdrpeer::Device::open_default()?;
+/// let pin = dev.pin_guard(va, len, gdrpeer::PinFlags::empty())?;
+/// println!("handle {}: {} pages from {:#x}", pin.handle, pin.page_count, pin.aligned_va);
+/// pin.unpin()?; // or let it drop
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct PinGuard<'a> {
     dev: &'a Device,
@@ -451,6 +394,16 @@ pub struct HandleInfo {
 /// handle or to the [`Device`] it came from. Importers must take peer-to-peer memory and
 /// handle invalidation: when the driver frees the memory, they are told to stop, and later
 /// mappings fail with ENXIO. The CPU cannot map it (use [`Device::map`]).
+///
+/// ```no_run
+/// use std::os::fd::AsRawFd;
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = gdrpeer::Device::open_default()?;
+/// let buf = dev.export_dmabuf_range(va, len)?;
+/// // ibv_reg_dmabuf_mr(pd, buf.offset, len, va, fd, access) takes it from here.
+/// println!("fd {}: {} bytes", buf.fd.as_raw_fd(), buf.size);
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Dmabuf {
     /// The dma-buf, close-on-exec; it may be passed to other processes.
@@ -502,6 +455,20 @@ impl CacheStats {
 ///
 /// Every call but [`Device::get_version`] must come from the process that
 /// opened the device.
+///
+/// ```no_run
+/// use gdrpeer::{Device, PinFlags, PinState};
+/// # let (va, len) = (0u64, 65536u64);
+/// let dev = Device::open_default()?;
+/// println!("module ABI {}", dev.version().abi_string());
+/// let pin = dev.pin(va, len, PinFlags::empty())?;
+/// assert_eq!(dev.info(pin.handle)?.state, PinState::Valid);
+/// let bus_addresses = dev.get_pages(pin.handle)?; // CAP_SYS_RAWIO
+/// let nic: gdrpeer::PciAddress = "0000:3b:00.0".parse().unwrap();
+/// let dma_addresses = dev.dma_map(pin.handle, nic)?; // as the NIC sees them
+/// dev.unpin(pin.handle)?;
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Device {
     fd: OwnedFd,
@@ -616,16 +583,28 @@ impl Device {
     }
 
     /// Maps `len` bytes of `handle`'s window, from byte `offset` (a multiple
-    /// of 4 KiB), for CPU access: write-combining, shared, unmapped when the
-    /// returned [`Mapping`] is dropped. UNPIN of the handle withdraws it, as
-    /// does the GPU memory being freed: access through it then raises SIGBUS.
+    /// of 4 KiB), for CPU access: shared, unmapped when the returned [`Mapping`]
+    /// is dropped. Since ABI 1.3 the mapping is cached where NVIDIA's page table
+    /// marks the memory CPU-cacheable (a 2.x table with
+    /// `NVIDIA_P2P_PAGE_TABLE_FLAGS_CPU_CACHEABLE`: platforms where the CPU reaches
+    /// GPU memory coherently), write-combining otherwise (a 1.x table is always
+    /// write-combining). UNPIN of the handle withdraws it, as does the GPU memory
+    /// being freed: access through it then raises SIGBUS.
+    ///
+    /// ```no_run
+    /// # let (va, len) = (0u64, 65536usize);
+    /// let dev = gdrpeer::Device::open_default()?;
+    /// let pin = dev.pin_guard(va, len as u64, gdrpeer::PinFlags::empty())?;
+    /// let map = dev.map(pin.handle, 0, len)?;
+    /// map.write(pin.offset as usize, b"to the GPU");
+    /// let mut back = [0u8; 10];
+    /// map.read(pin.offset as usize, &mut back);
+    /// # Ok::<(), gdrpeer::Error>(())
+    /// ```
     pub fn map(&self, handle: u64, offset: u64, len: usize) -> Result<Mapping, Error> {
         if handle >> (64 - uapi::MMAP_HANDLE_SHIFT) != 0 {
             // GDRPEER_MMAP_OFFSET cannot encode it.
-            return Err(Error::Ioctl {
-                op: Op::Mmap,
-                errno: Errno::OVERFLOW,
-            });
+            return Err(Error::ioctl(Op::Mmap, Errno::OVERFLOW));
         }
         Mapping::new(
             self.fd.as_fd(),
@@ -674,10 +653,7 @@ impl Device {
         call(&self.fd, &mut e)?;
         // The module installs a new descriptor only on success, and reports it.
         if e.fd < 0 {
-            return Err(Error::Ioctl {
-                op: Op::ExportDmabuf,
-                errno: Errno::BADF,
-            });
+            return Err(Error::ioctl(Op::ExportDmabuf, Errno::BADF));
         }
         Ok(Dmabuf {
             // SAFETY: a descriptor the module has just installed for this process and told
@@ -737,10 +713,7 @@ fn open_rdwr(path: &Path) -> Result<OwnedFd, Error> {
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|errno| Error::Open {
-        path: path.to_owned(),
-        errno,
-    })
+    .map_err(|errno| Error::open(path.to_owned(), errno))
 }
 
 /// Same major, and a minor at least the one needed: with equal majors that is comparing the
@@ -844,7 +817,7 @@ fn call<const OPCODE: Opcode, T: IoctlArg<OPCODE>>(fd: &OwnedFd, arg: &mut T) ->
     // SAFETY: `IoctlArg<OPCODE>` promises that `OPCODE` takes a `T`, which the Updater
     // passes, and accesses no user memory that `arg` does not borrow.
     unsafe { ioctl::ioctl(fd, ioctl::Updater::<OPCODE, T>::new(arg)) }
-        .map_err(|errno| Error::Ioctl { op: T::OP, errno })
+        .map_err(|errno| Error::ioctl(T::OP, errno))
 }
 
 #[cfg(test)]
@@ -874,84 +847,6 @@ mod tests {
     }
 
     #[test]
-    fn ioctl_errors_say_what_the_errno_means() {
-        let msg = |op, errno| Error::Ioctl { op, errno }.to_string();
-        let hint = |op, errno| {
-            let m = msg(op, errno);
-            let prefix = format!("{op}: {errno}");
-            assert!(m.starts_with(&prefix), "{m}");
-            m[prefix.len()..].to_string()
-        };
-        for op in [
-            Op::Pin,
-            Op::Unpin,
-            Op::GetInfo,
-            Op::GetPages,
-            Op::DmaMap,
-            Op::Stats,
-            Op::ExportDmabuf,
-        ] {
-            assert_eq!(
-                hint(op, Errno::ACCESS),
-                " (the file belongs to another process)"
-            );
-            assert_eq!(
-                hint(op, Errno::NXIO),
-                " (the GPU memory was freed (revoked): unpin the handle)"
-            );
-            assert_eq!(hint(op, Errno::BADF), "");
-        }
-        for op in [
-            Op::Pin,
-            Op::Unpin,
-            Op::GetInfo,
-            Op::GetPages,
-            Op::DmaMap,
-            Op::Stats,
-        ] {
-            assert_eq!(
-                hint(op, Errno::INVAL),
-                " (bad size, flags, length or handle)"
-            );
-        }
-        assert_eq!(
-            hint(Op::ExportDmabuf, Errno::INVAL),
-            " (bad size or flags, an unknown handle, both or neither of a handle and a range, \
-             or a range PIN refuses)"
-        );
-        assert_eq!(
-            hint(Op::ExportDmabuf, Errno::NOTTY),
-            " (the module predates dma-buf export: ABI 1.4 needed)"
-        );
-        assert_eq!(hint(Op::Pin, Errno::NOTTY), "");
-        for op in [Op::GetPages, Op::DmaMap] {
-            assert_eq!(hint(op, Errno::PERM), " (needs CAP_SYS_RAWIO)");
-            assert_eq!(
-                hint(op, Errno::NOSPC),
-                " (the address array is shorter than the window)"
-            );
-        }
-        assert_eq!(
-            hint(Op::Pin, Errno::NOMEM),
-            " (no BAR1 space, even after evicting unused regions)"
-        );
-        assert_eq!(
-            hint(Op::Pin, Errno::OPNOTSUPP),
-            " (the NVIDIA driver does not support persistent pins)"
-        );
-        assert_eq!(hint(Op::DmaMap, Errno::NODEV), " (no such PCI device)");
-        // Meanings the uAPI gives only to other ioctls.
-        assert_eq!(hint(Op::Pin, Errno::PERM), "");
-        assert_eq!(hint(Op::Stats, Errno::NOMEM), "");
-        assert_eq!(hint(Op::GetPages, Errno::NODEV), "");
-        assert_eq!(hint(Op::GetVersion, Errno::ACCESS), "");
-        assert_eq!(
-            msg(Op::DmaMap, Errno::NODEV),
-            format!("DMA_MAP: {} (no such PCI device)", Errno::NODEV)
-        );
-    }
-
-    #[test]
     fn pin_flags() {
         assert_eq!(PinFlags::default(), PinFlags::empty());
         assert_eq!(PinFlags::PERSISTENT.bits(), uapi::PIN_PERSISTENT);
@@ -976,3 +871,8 @@ mod tests {
         );
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(all(doctest, feature = "cuda"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -5,6 +5,13 @@
 use std::{fmt, str::FromStr};
 
 /// A PCI function, named as DMA_MAP takes its peer.
+///
+/// ```
+/// let nic: gdrpeer::PciAddress = "0000:3b:00.1".parse().unwrap();
+/// assert_eq!((nic.bus, nic.slot(), nic.function()), (0x3b, 0, 1));
+/// assert_eq!(nic.to_string(), "0000:3b:00.1");
+/// assert!("3b:00".parse::<gdrpeer::PciAddress>().is_err());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PciAddress {
     /// PCI domain (segment).

@@ -65,35 +65,6 @@ impl Pinner for &Device {
     }
 }
 
-/// What went wrong in [`RegCache::get`].
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    /// The pointer is not live device memory (freed, or never allocated).
-    #[error("{ptr:#x} is not live CUDA device memory")]
-    InvalidPointer {
-        /// The pointer asked for.
-        ptr: u64,
-    },
-    /// The range runs past the end of its allocation.
-    #[error("{ptr:#x}+{len:#x} runs past its allocation {base:#x}+{size:#x}")]
-    OutOfRange {
-        /// The pointer asked for.
-        ptr: u64,
-        /// The length asked for.
-        len: u64,
-        /// The allocation's start.
-        base: u64,
-        /// The allocation's size.
-        size: u64,
-    },
-    /// A CUDA call failed otherwise.
-    #[error("CUDA error {0} on a pointer query")]
-    Cuda(i32),
-    /// gdrpeer refused the pin.
-    #[error(transparent)]
-    Pin(#[from] Error),
-}
-
 /// The cache's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RegCacheStats {
@@ -130,6 +101,19 @@ struct Entry {
 }
 
 /// The cache, over a [`Pinner`] and a [`PointerInfo`].
+///
+/// ```no_run
+/// # #[cfg(feature = "cuda")] {
+/// use gdrpeer::{cuda::Cuda, regcache::RegCache, Device};
+/// let (cuda, dev) = (Cuda::load()?, Device::open_default()?);
+/// let mut cache = RegCache::new(&dev, &cuda, 64);
+/// let buf = cuda.mem_alloc(1 << 20)?;
+/// let reg = cache.get(buf + 4096, 4096)?; // a miss: pins the whole allocation
+/// let again = cache.get(buf, 4096)?; // a hit
+/// assert_eq!(reg.handle, again.handle);
+/// # }
+/// # Ok::<(), gdrpeer::Error>(())
+/// ```
 pub struct RegCache<P: Pinner, C: PointerInfo> {
     pinner: P,
     cuda: C,
@@ -168,7 +152,7 @@ impl<P: Pinner, C: PointerInfo> RegCache<P, C> {
 
     /// The registration of `[ptr, ptr + len)`: a cached pin of its allocation when the tag
     /// still matches, else a new pin of the whole allocation.
-    pub fn get(&mut self, ptr: u64, len: u64) -> Result<Registration, CacheError> {
+    pub fn get(&mut self, ptr: u64, len: u64) -> Result<Registration, Error> {
         self.tick += 1;
         let cached = self
             .entries
@@ -193,21 +177,21 @@ impl<P: Pinner, C: PointerInfo> RegCache<P, C> {
                 Err(CudaError::InvalidValue) => {
                     self.stats.invalid_pointers += 1;
                     self.drop_entry(base);
-                    return Err(CacheError::InvalidPointer { ptr });
+                    return Err(Error::InvalidPointer { ptr });
                 }
-                Err(CudaError::Other(e)) => return Err(CacheError::Cuda(e)),
+                Err(CudaError::Other(e)) => return Err(Error::CudaQuery(e)),
             }
         }
         self.miss(ptr, len)
     }
 
-    fn miss(&mut self, ptr: u64, len: u64) -> Result<Registration, CacheError> {
+    fn miss(&mut self, ptr: u64, len: u64) -> Result<Registration, Error> {
         let (base, size) = self.cuda.address_range(ptr).map_err(|e| match e {
             CudaError::InvalidValue => {
                 self.stats.invalid_pointers += 1;
-                CacheError::InvalidPointer { ptr }
+                Error::InvalidPointer { ptr }
             }
-            CudaError::Other(e) => CacheError::Cuda(e),
+            CudaError::Other(e) => Error::CudaQuery(e),
         })?;
         check_range(ptr, len, base, size)?;
         self.cuda
@@ -272,17 +256,17 @@ impl<P: Pinner, C: PointerInfo> Drop for RegCache<P, C> {
     }
 }
 
-fn cuda_error(ptr: u64, e: CudaError) -> CacheError {
+fn cuda_error(ptr: u64, e: CudaError) -> Error {
     match e {
-        CudaError::InvalidValue => CacheError::InvalidPointer { ptr },
-        CudaError::Other(e) => CacheError::Cuda(e),
+        CudaError::InvalidValue => Error::InvalidPointer { ptr },
+        CudaError::Other(e) => Error::CudaQuery(e),
     }
 }
 
-fn check_range(ptr: u64, len: u64, base: u64, size: u64) -> Result<(), CacheError> {
+fn check_range(ptr: u64, len: u64, base: u64, size: u64) -> Result<(), Error> {
     match ptr.checked_add(len) {
         Some(end) if len > 0 && end <= base + size => Ok(()),
-        _ => Err(CacheError::OutOfRange {
+        _ => Err(Error::OutOfRange {
             ptr,
             len,
             base,
@@ -445,7 +429,7 @@ mod tests {
         cuda.free(0x10_0000);
         assert!(matches!(
             c.get(0x10_0000, 10),
-            Err(CacheError::InvalidPointer { ptr: 0x10_0000 })
+            Err(Error::InvalidPointer { ptr: 0x10_0000 })
         ));
         assert!(pinner.pins.borrow().is_empty());
         let s = c.stats();
@@ -484,12 +468,9 @@ mod tests {
         let mut c = RegCache::new(&pinner, &cuda, 2);
         assert!(matches!(
             c.get(0x10_0000 + 10, K64),
-            Err(CacheError::OutOfRange { .. })
+            Err(Error::OutOfRange { .. })
         ));
-        assert!(matches!(
-            c.get(0x10_0000, 0),
-            Err(CacheError::OutOfRange { .. })
-        ));
+        assert!(matches!(c.get(0x10_0000, 0), Err(Error::OutOfRange { .. })));
         assert_eq!(pinner.calls.get(), 0);
         c.get(0x10_0000, K64).unwrap();
         assert!(c.get(0x10_0000 + 1, K64).is_err(), "hit path checks too");

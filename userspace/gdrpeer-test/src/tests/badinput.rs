@@ -5,6 +5,7 @@
 //! check without a row there, fails the test.
 
 use crate::doctables::{self, errno_name};
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
 };
@@ -122,7 +123,7 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
             );
             match Device::open_default() {
                 Ok(_) => Err("opened as uid 65534".into()),
-                Err(e) => e.errno().ok_or_else(|| e.to_string()),
+                Err(e) => e.errno_of().ok_or_else(|| e.to_string()),
             }
         })
     });

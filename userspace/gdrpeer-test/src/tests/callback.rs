@@ -5,6 +5,7 @@
 //! checked against p2pclient's), during an unmap, and while a late put_pages or
 //! dma_map_pages races the free and a new pin of the reallocated memory.
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, iommu_translates,
     ok, pattern, with_nic, K64,
@@ -58,7 +59,7 @@ fn callback_during_pin() -> TestResult {
                 })?;
                 ok(d.unpin(p.handle), "unpin")?;
             }
-            Err(e) => check_eq!(e.errno(), Some(Errno::NXIO), "pin racing the free"),
+            Err(e) => check_eq!(e.errno_of(), Some(Errno::NXIO), "pin racing the free"),
         }
     }
     Ok(())
@@ -80,12 +81,12 @@ fn callback_during_hits() -> TestResult {
             Ok(p) => {
                 // A hit may be revoked under us: pages then fail with ENXIO, nothing else.
                 if let Err(e) = d.get_pages(p.handle) {
-                    check_eq!(e.errno(), Some(Errno::NXIO), "pages of a hit");
+                    check_eq!(e.errno_of(), Some(Errno::NXIO), "pages of a hit");
                 }
                 ok(d.unpin(p.handle), "unpin")?;
             }
             // Revoked: not a hit any more; a new pin of freed memory fails in nvsim.
-            Err(e) if e.errno() == Some(Errno::INVAL) => break,
+            Err(e) if e.errno_of() == Some(Errno::INVAL) => break,
             Err(e) => return Err(format!("pin during the free: {e}")),
         }
     }

@@ -8,6 +8,7 @@
 //! counts regions.
 
 use crate::failnth::{allocates_nothing, fail_once, walk, Op, Ready};
+use crate::helpers::ErrnoOf;
 use crate::helpers::{all_released, dev, edu, fails, gstat, ok, pin_args, raw_pin, K64};
 use gdrpeer::{
     gdrdrv::{self, Gdrdrv},
@@ -66,7 +67,7 @@ fn pinned(pages: u64) -> Ready<Pinned> {
 }
 
 fn gdrpeer_errno(e: gdrpeer::Error) -> Errno {
-    e.errno().unwrap_or(Errno::IO)
+    e.errno_of().unwrap_or(Errno::IO)
 }
 
 /// After a failed call: no handle left but `handles`, and the cache agrees with nvsim (as many
@@ -665,7 +666,7 @@ fn gdrdrv_unpinned_finish(s: GdrdrvPinned, r: Result<(), Errno>) -> TestResult {
     match r {
         Ok(()) => {
             check_eq!(
-                s.g.info(s.handle).err().and_then(|e| e.errno()),
+                s.g.info(s.handle).err().and_then(|e| e.errno_of()),
                 Some(Errno::INVAL),
                 "GET_INFO of the unpinned handle"
             );

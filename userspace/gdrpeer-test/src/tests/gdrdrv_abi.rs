@@ -8,6 +8,7 @@
 //! REQ_MAPPING_TYPE's answers and the type each request maps with; and mmap's refusals, in
 //! gdrdrv's order.
 
+use crate::helpers::ErrnoOf;
 use crate::helpers::{ok, pattern, K64};
 use gdrpeer::gdrdrv::{self as lib, Gdrdrv};
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
@@ -43,7 +44,7 @@ fn errno_of<const OPCODE: rustix::ioctl::Opcode, T: lib::Arg<OPCODE>>(
     fd: BorrowedFd<'_>,
     arg: &mut T,
 ) -> Option<Errno> {
-    lib::call(fd, arg).err().and_then(|e| e.errno())
+    lib::call(fd, arg).err().and_then(|e| e.errno_of())
 }
 
 /// A shared read-write mapping of `len` bytes of `fd` at byte offset `offset`.

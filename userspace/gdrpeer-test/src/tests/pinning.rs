@@ -5,6 +5,7 @@
 //! page table versions gdrpeer reads.
 
 use crate::doctables;
+use crate::helpers::ErrnoOf;
 use crate::helpers::{
     dev, fails, get_pages_into, ok, p2pclient_addresses, param, pin_args, raw_pin, without_rawio,
     K64,
@@ -195,7 +196,7 @@ fn persistent_pins() -> TestResult {
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
     match d.pin(va, K64, PinFlags::PERSISTENT) {
-        Err(e) if e.errno() == Some(Errno::OPNOTSUPP) => Ok(()),
+        Err(e) if e.errno_of() == Some(Errno::OPNOTSUPP) => Ok(()),
         Err(e) => Err(format!("persistent pin: {e}")),
         Ok(p) => {
             check_eq!(stat("persistent_pins_live")?, 1, "persistent pins");

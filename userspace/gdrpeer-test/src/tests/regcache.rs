@@ -14,9 +14,9 @@ use nvsim::{check, check_eq, Gpu};
 /// re-pinned, and a freed pointer is dropped and refused. Without a CUDA library that loads
 /// the test fails: the plans always provide one (the simulated libcuda).
 fn regcache_tag_check_over_cuda() -> TestResult {
-    use gdrpeer::regcache::{CacheError, RegCache};
+    use gdrpeer::{regcache::RegCache, Error as CacheError};
     let cu = gdrpeer::cuda::Cuda::load().map_err(|e| format!("libcuda: {e}"))?;
-    let cu_err = |e: gdrpeer::cuda::CudaCallError| e.to_string();
+    let cu_err = |e: gdrpeer::Error| e.to_string();
     let d = dev()?;
     let gpu = Gpu::open().map_err(errno)?;
     let size = 3 * K64 as usize + 1000;
