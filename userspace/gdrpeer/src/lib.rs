@@ -81,7 +81,8 @@ fn open_hint(errno: Errno) -> &'static str {
     match errno {
         Errno::NOENT => " (is gdrpeer.ko loaded?)",
         Errno::ACCESS | Errno::PERM => {
-            " (no permission: see the udev rule in Documentation/security.rst)"
+            " (no permission: the udev rule gives it to the group gdrpeer; join it with sudo \
+             usermod -aG gdrpeer $USER and log in again: Documentation/user/install.rst)"
         }
         _ => "",
     }
