@@ -66,7 +66,9 @@ readme_up() {
 	mount --bind /dev $README_ROOT/dev && mount -t proc proc $README_ROOT/proc &&
 		mount -t sysfs sysfs $README_ROOT/sys && mount -t tmpfs tmpfs $README_ROOT/run &&
 		mount -t tmpfs tmpfs $README_ROOT/tmp || fail "mounts in $README_ROOT"
-	# The root's users and groups in the guest too, for su.
+	# The root's users and groups in the guest too, for su (the guest has
+	# an /etc/passwd, no /etc/group).
+	[ -e /etc/group ] || : >/etc/group
 	mount --bind $README_ROOT/etc/passwd /etc/passwd && mount --bind $README_ROOT/etc/group /etc/group ||
 		fail "the root's /etc/passwd and /etc/group"
 	chroot $README_ROOT /usr/lib/systemd/systemd-udevd --daemon || fail "systemd-udevd did not start"
