@@ -87,7 +87,8 @@ readme_up() {
 	# nvsim came first (modules.dep: gdrpeer.ko uses its exports), with no parameters.
 	echo "$NVSIM_ZERO" >$NVSIM_JUDGED
 	[ -d /sys/module/nvsim ] && [ -d /sys/module/gdrpeer ] || fail "modprobe gdrpeer did not load nvsim and gdrpeer"
-	chroot $README_ROOT /usr/bin/udevadm settle --timeout=60 || fail "udevadm settle"
+	# udevadm ignores requests in a chroot unless told not to.
+	SYSTEMD_IGNORE_CHROOT=1 chroot $README_ROOT /usr/bin/udevadm settle --timeout=60 || fail "udevadm settle"
 	ls -ln /dev/gdrpeer /dev/gdrdrv
 	gid=$(awk -F: '$1 == "gdrpeer" { print $3 }' /etc/group)
 	[ -n "$gid" ] || fail "the root has no group gdrpeer"
@@ -97,7 +98,8 @@ readme_up() {
 }
 
 readme_down() {
-	chroot $README_ROOT /usr/bin/udevadm control --exit 2>/dev/null
+	SYSTEMD_IGNORE_CHROOT=1 chroot $README_ROOT /usr/bin/udevadm control --exit 2>/dev/null
+	pids=$(pidof systemd-udevd) && kill $pids 2>/dev/null
 	unload_wait gdrpeer nvsim
 	for m in /etc/group /etc/passwd $README_ROOT/tmp $README_ROOT/run $README_ROOT/sys \
 		$README_ROOT/proc $README_ROOT/dev; do
