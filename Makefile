@@ -4,8 +4,9 @@
 #
 #   make [KDIR=...] [LLVM=...] [NVIDIA_SRC=...]   build gdrpeer.ko (src/gdrpeer.ko)
 #   make modules_install                          install gdrpeer.ko (then depmod)
-#   make install                                  that, the headers, Module.symvers, the udev rule
-#                                                 (and the gdrpeer command, if make cli built it)
+#   make install                                  that, the headers, Module.symvers, install-system
+#   make install-system                           the C header, the udev rule and its group, loading
+#                                                 at boot (no module: for a DKMS install of the tree)
 #   make cli                                      the gdrpeer command, its man pages and completions
 #                                                 in build/cli (cargo; as a user, before make install)
 #   make check                                    all tests: host, KUnit, VM (installs what it needs)
@@ -49,7 +50,7 @@ nv_note_symvers := $(NVIDIA_SRC) has no Module.symvers (driver not built): build
 	KBUILD_MODPOST_WARN=1, nvidia_p2p_* unversioned, modpost warnings about them expected
 endif
 endif
-ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench deb cli,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(filter-out fmt fmtcheck clean check demo stress fuzz bench deb cli libgdrpeer install-system,$(or $(MAKECMDGOALS),all)),)
 $(if $(nv_note_src),$(info gdrpeer: $(nv_note_src)))
 $(if $(nv_note_symvers),$(info gdrpeer: $(nv_note_symvers)))
 endif
@@ -81,6 +82,11 @@ kdir-check:
 #   udev rule         $(udevrulesdir)/70-gdrpeer.rules
 #   libgdrpeer        $(includedir)/gdrpeer/libgdrpeer.h, and, once built
 #                     (make libgdrpeer), $(libdir)/libgdrpeer.so.0, .so, .a
+#   loading at boot   $(modulesloaddir)/gdrpeer.conf, $(modprobedir)/gdrpeer.conf
+#   the group gdrpeer the rule gives the devices to: created (groupadd --system)
+#                     only when installing into the live system as root (no
+#                     DESTDIR); with DESTDIR, the target system's packaging must
+#                     create it (as gdrpeer-tools' postinst does)
 # Keep GDRPEER_VERSION equal to PACKAGE_VERSION in dkms.conf.
 GDRPEER_VERSION := 0.1.0
 DESTDIR ?=
@@ -90,6 +96,8 @@ prefix ?= /usr
 includedir ?= $(prefix)/include
 libdir ?= $(prefix)/lib
 udevrulesdir ?= $(prefix)/lib/udev/rules.d
+modulesloaddir ?= $(prefix)/lib/modules-load.d
+modprobedir ?= $(prefix)/lib/modprobe.d
 GDRPEER_SRCDIR ?= $(prefix)/src/gdrpeer-$(GDRPEER_VERSION)
 bindir ?= $(prefix)/bin
 mandir ?= $(prefix)/share/man
@@ -124,16 +132,39 @@ cli:
 	cp userspace/target/release/gdrpeer '$(CLI_OUT)/'
 	'$(CLI_OUT)/gdrpeer' generate all '$(CLI_OUT)'
 
-.PHONY: install
-install: modules_install
-	$(if $(wildcard $(CLI_OUT)/gdrpeer),$(install_cli),@echo "gdrpeer: $(CLI_OUT) was not built (make cli): the gdrpeer command is not installed")
-	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/gdrpeer.h
+.PHONY: install install-system
+install: modules_install install-system
 	install -D -m 0644 include/gdrpeer-kapi.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h
 	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(GDRPEER_SRCDIR)/include/uapi/gdrpeer.h
 	install -D -m 0644 Module.symvers $(DESTDIR)$(GDRPEER_SRCDIR)/$(KRELEASE)/Module.symvers
+
+# Everything but the module, which DKMS (dkms.conf) does not install: the C
+# headers, the udev rule, loading at boot, and the gdrpeer command and
+# libgdrpeer where make cli and make libgdrpeer built them; into the live
+# system (no DESTDIR) as root, the group too, and the devices that exist
+# already get the rule now.
+install-system:
+	$(if $(wildcard $(CLI_OUT)/gdrpeer),$(install_cli),@echo "gdrpeer: $(CLI_OUT) was not built (make cli): the gdrpeer command is not installed")
+	install -D -m 0644 include/uapi/gdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/gdrpeer.h
 	install -D -m 0644 udev/70-gdrpeer.rules $(DESTDIR)$(udevrulesdir)/70-gdrpeer.rules
 	install -D -m 0644 include/gdrpeer/libgdrpeer.h $(DESTDIR)$(includedir)/gdrpeer/libgdrpeer.h
 	$(if $(wildcard $(LIBGDRPEER_SO)),$(install_libgdrpeer),@echo "gdrpeer: libgdrpeer is not built (make libgdrpeer): only its header was installed")
+	install -D -m 0644 system/modules-load.d/gdrpeer.conf $(DESTDIR)$(modulesloaddir)/gdrpeer.conf
+	install -D -m 0644 system/modprobe.d/gdrpeer.conf $(DESTDIR)$(modprobedir)/gdrpeer.conf
+ifeq ($(DESTDIR),)
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "gdrpeer: not root: the group gdrpeer was not created (sudo groupadd --system gdrpeer)"; \
+	elif ! getent group gdrpeer >/dev/null; then \
+		groupadd --system gdrpeer && echo "gdrpeer: created the group gdrpeer"; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && [ -d /run/udev ] && command -v udevadm >/dev/null; then \
+		udevadm control --reload; \
+		udevadm trigger --subsystem-match=misc --sysname-match=gdrpeer --sysname-match=gdrdrv; \
+	fi
+	@echo "gdrpeer: add users to the group gdrpeer (sudo usermod -aG gdrpeer USER; they log in again)"
+else
+	@echo "gdrpeer: DESTDIR set: the group gdrpeer is not created; the target system must create it (groupadd --system gdrpeer)"
+endif
 
 # libgdrpeer, the C library for /dev/gdrpeer (userspace/gdrpeer-c,
 # Documentation/user/library.rst), built by cargo; make install installs it.

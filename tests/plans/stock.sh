@@ -46,8 +46,101 @@ skip_absent() {
 	fi
 }
 
+# --- the README's install, as a non-root user sees it ---------------------------
+# tests/vm/stock readme ran the README's install commands in a fresh root of
+# this kernel and put here what the guest needs of that root: the module as
+# DKMS installed it (with nvsim as the NVIDIA module), modprobe (kmod) and its
+# configuration, the root's systemd-udevd with the udev rule gdrpeer-tools
+# installed, /etc/passwd and /etc/group (the group the package created, alice
+# added to it by the README's usermod, bob not), and the README's commands
+# meant for the running kernel (guest-commands: sudo modprobe gdrpeer). The
+# guest has no udev of its own: the root's udevd runs chrooted into that root,
+# on the guest's /dev, /sys and /proc, and applies the installed rule to the
+# devices the module creates, as it would on the machine itself.
+README_ROOT=$GDRPEER/readme/root
+
+readme_up() {
+	[ -d $README_ROOT ] || fail "no $README_ROOT: tests/vm/stock readme did not run for this stage"
+	unload_nv_stack
+	trap readme_down EXIT
+	mount --bind /dev $README_ROOT/dev && mount -t proc proc $README_ROOT/proc &&
+		mount -t sysfs sysfs $README_ROOT/sys && mount -t tmpfs tmpfs $README_ROOT/run &&
+		mount -t tmpfs tmpfs $README_ROOT/tmp || fail "mounts in $README_ROOT"
+	# The root's users and groups in the guest too, for su (the guest has
+	# an /etc/passwd, no /etc/group).
+	[ -e /etc/group ] || : >/etc/group
+	mount --bind $README_ROOT/etc/passwd /etc/passwd && mount --bind $README_ROOT/etc/group /etc/group ||
+		fail "the root's /etc/passwd and /etc/group"
+	chroot $README_ROOT /usr/lib/systemd/systemd-udevd --daemon || fail "systemd-udevd did not start"
+	[ ! -e /dev/gdrpeer ] || fail "/dev/gdrpeer exists before gdrpeer is loaded"
+	# The README's command for the running kernel, with the root's modprobe.
+	while read -r cmd; do
+		cmd=${cmd%%#*}
+		case "$cmd" in
+		"sudo modprobe "*) ;;
+		*) fail "a README command for the guest this test does not know: $cmd" ;;
+		esac
+		echo "\$ $cmd"
+		# shellcheck disable=SC2086
+		chroot $README_ROOT /usr/bin/modprobe ${cmd#sudo modprobe } || fail "$cmd failed"
+	done <$README_ROOT/guest-commands
+	# nvsim came first (modules.dep: gdrpeer.ko uses its exports), with no parameters.
+	echo "$NVSIM_ZERO" >$NVSIM_JUDGED
+	[ -d /sys/module/nvsim ] && [ -d /sys/module/gdrpeer ] || fail "modprobe gdrpeer did not load nvsim and gdrpeer"
+	# udevadm ignores requests in a chroot unless told not to.
+	SYSTEMD_IGNORE_CHROOT=1 chroot $README_ROOT /usr/bin/udevadm settle --timeout=60 || fail "udevadm settle"
+	ls -ln /dev/gdrpeer /dev/gdrdrv
+	gid=$(awk -F: '$1 == "gdrpeer" { print $3 }' /etc/group)
+	[ -n "$gid" ] || fail "the root has no group gdrpeer"
+	for d in /dev/gdrpeer /dev/gdrdrv; do
+		expect_eq "$d's owner, group and mode" "$(stat -c '%u %g %a' $d)" "0 $gid 660"
+	done
+}
+
+readme_down() {
+	SYSTEMD_IGNORE_CHROOT=1 chroot $README_ROOT /usr/bin/udevadm control --exit 2>/dev/null
+	pids=$(pidof systemd-udevd) && kill $pids 2>/dev/null
+	unload_wait gdrpeer nvsim
+	for m in /etc/group /etc/passwd $README_ROOT/tmp $README_ROOT/run $README_ROOT/sys \
+		$README_ROOT/proc $README_ROOT/dev; do
+		umount $m 2>/dev/null
+	done
+}
+
+# as USER CMD: CMD run by USER, with the groups /etc/group gives USER.
+as() { u=$1; shift; su -s /bin/sh "$u" -c "PATH=$PATH LD_LIBRARY_PATH=$LD_LIBRARY_PATH; $*"; }
+
+test_readme_group_opens() {
+	readme_up
+	as alice id
+	as alice id | grep -q "(gdrpeer)" || fail "alice is not in the group gdrpeer"
+	as alice 'exec 3<>/dev/gdrpeer 4<>/dev/gdrdrv && echo "alice opened /dev/gdrpeer and /dev/gdrdrv"' ||
+		fail "alice cannot open /dev/gdrpeer and /dev/gdrdrv"
+	as alice gdrpeer info || fail "gdrpeer info, as alice"
+	as alice gdrpeer gdrdrv-info || fail "gdrpeer gdrdrv-info, as alice"
+}
+
+test_readme_outsider_eacces() {
+	readme_up
+	as bob id
+	! as bob id | grep -q gdrpeer || fail "bob is in the group gdrpeer"
+	for d in /dev/gdrpeer /dev/gdrdrv; do
+		out=$(as bob "exec 3<>$d" 2>&1) && fail "bob opened $d"
+		echo "$out"
+		echo "$out" | grep -q "Permission denied" || fail "bob's open of $d did not fail with EACCES"
+	done
+	for c in info gdrdrv-info; do
+		out=$(as bob gdrpeer $c 2>&1) && fail "gdrpeer $c worked for bob"
+		echo "gdrpeer $c, as bob: $out"
+		echo "$out" | grep -q "Permission denied" || fail "gdrpeer $c did not say Permission denied"
+		echo "$out" | grep -q "group gdrpeer" || fail "gdrpeer $c did not name the group that may open it"
+	done
+}
+
 run_plan() {
 	echo "kernel: $(uname -r) ($(uname -v)); nvsim's callback rule: $CALLBACK_RULE"
+	t readme-install-group-opens$S test_readme_group_opens
+	t readme-install-outsider-eacces$S test_readme_outsider_eacces
 	t demo-load-version-unload$S demo_chain
 	t demo-pin-cache-revoke$S demo_pin_cache_revoke
 	t demo-mmap-write-read-free$S demo_mmap

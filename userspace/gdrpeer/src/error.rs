@@ -245,8 +245,8 @@ pub(crate) fn open_hint(errno: i32) -> Option<&'static str> {
     Some(match errno {
         ENOENT => "is gdrpeer.ko loaded? `modprobe gdrpeer` creates the node",
         EACCES | EPERM => {
-            "no permission: the device mode excludes this user (join the group `gdrpeer` and \
-             log in again); see Device permissions in Documentation/user/configuration.rst"
+            "no permission: the udev rule gives the device to the group gdrpeer; join it with \
+             sudo usermod -aG gdrpeer $USER and log in again (Documentation/user/install.rst)"
         }
         ENXIO | ENODEV => "the node names no loaded driver: is gdrpeer.ko loaded?",
         ENOMEM => "a kernel allocation failed (the system is out of memory)",
