@@ -10,7 +10,7 @@
 
 #![allow(clippy::missing_safety_doc)] // The contracts are in the C header.
 
-use gdrpeer::{Device, Error, Mapping, Op, PciAddress, PinFlags, PinState};
+use gdrpeer::{Device, Error, Mapping, Op, PciAddress, PinFlags};
 use rustix::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::{
     cell::RefCell,
@@ -278,11 +278,7 @@ pub unsafe extern "C" fn gdrpeer_get_info(
     match unsafe { with(g, "gdrpeer_get_info: no device", |d| d.info(handle)) } {
         Ok(i) => {
             let o = InfoOut {
-                state: match i.state {
-                    PinState::Valid => gdrpeer::uapi::STATE_VALID,
-                    PinState::Revoked => gdrpeer::uapi::STATE_REVOKED,
-                    PinState::Unknown(s) => s,
-                },
+                state: i.state.raw(),
                 persistent: i.persistent.into(),
                 aligned_va: i.aligned_va,
                 offset: i.offset,

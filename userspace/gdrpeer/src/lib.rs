@@ -365,6 +365,26 @@ pub enum PinState {
     Unknown(u32),
 }
 
+impl PinState {
+    /// The state as the uAPI encodes it (`GET_INFO`'s `state`).
+    pub fn from_raw(state: u32) -> Self {
+        match state {
+            uapi::STATE_VALID => PinState::Valid,
+            uapi::STATE_REVOKED => PinState::Revoked,
+            other => PinState::Unknown(other),
+        }
+    }
+
+    /// The uAPI's encoding of the state: the inverse of [`PinState::from_raw`].
+    pub fn raw(self) -> u32 {
+        match self {
+            PinState::Valid => uapi::STATE_VALID,
+            PinState::Revoked => uapi::STATE_REVOKED,
+            PinState::Unknown(s) => s,
+        }
+    }
+}
+
 /// What [`Device::info`] reports about a handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HandleInfo {
@@ -548,11 +568,7 @@ impl Device {
         };
         call(&self.fd, &mut i)?;
         Ok(HandleInfo {
-            state: match i.state {
-                uapi::STATE_VALID => PinState::Valid,
-                uapi::STATE_REVOKED => PinState::Revoked,
-                other => PinState::Unknown(other),
-            },
+            state: PinState::from_raw(i.state),
             aligned_va: i.aligned_va,
             offset: i.offset,
             page_count: i.page_count,
