@@ -43,7 +43,7 @@ pub(crate) use handles::Numbering;
 use inner::region_put_handle;
 pub(crate) use inner::Inner;
 pub(crate) use mappings::Mappings;
-pub(crate) use region::Region;
+pub(crate) use region::{DmaUse, Region};
 
 /// A user's pin: a window of a region (the request rounded to 64 KiB pages).
 pub(crate) struct Handle {

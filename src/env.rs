@@ -9,7 +9,7 @@ use kernel::{
     sync::atomic::{Acquire, Atomic, Full},
 };
 
-use crate::{gate::Gate, sys::OwnedQueue};
+use crate::{gate::Gate, iova::Iovas, sys::OwnedQueue};
 
 /// What contexts need from the loaded module. It lives in the module's own data: every
 /// context and region holds a module reference (an open file, or a pin NVIDIA can still call
@@ -27,6 +27,9 @@ pub(crate) struct Env {
     /// The table gate every pin goes through.
     #[pin]
     pub(crate) gate: Gate,
+    /// The DMA mappings of every pin's pages, shared by page and peer.
+    #[pin]
+    pub(crate) iovas: Iovas,
 }
 
 /// The module's [`Env`]: set once it is initialized, before any front-end is registered (the
@@ -42,6 +45,7 @@ impl Env {
             queue: OwnedQueue::new(c"gdrpeer")?,
             module,
             gate <- Gate::new(),
+            iovas <- Iovas::new(),
         })
         .pin_chain(|env| {
             let env = ptr::from_ref(&*env).cast_mut();

@@ -33,7 +33,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Region},
+    cache::{Context, DmaUse, Region},
     dma_buf::{self, Attach, Exported, Exporter, Segment},
     notify::{as_invalidate, might_wait_for_invalidate, Notifier},
     nv_p2p::{self, PinKind},
@@ -187,10 +187,10 @@ impl Drop for Export {
 }
 
 impl Exporter for Export {
-    /// The importer's PCI function, for which the region is DMA-mapped.
-    type Attachment = ARef<pci::Device>;
+    /// The importer's PCI function's use of the region's DMA mapping.
+    type Attachment = DmaUse;
 
-    fn attach(&self, attach: &Attach<'_>) -> Result<ARef<pci::Device>> {
+    fn attach(&self, attach: &Attach<'_>) -> Result<DmaUse> {
         // The addresses are PCI BAR pages with no `struct page`, and nothing but a stop can
         // make an importer give them up, unless NVIDIA never revokes them: a persistent pin,
         // which this dma-buf holds for as long as any importer can reach it.
@@ -205,27 +205,29 @@ impl Exporter for Export {
             return Err(ENXIO);
         }
         might_wait_for_invalidate();
-        // Once per region and device; freed with the region, after any revocation's stop.
-        self.region.pinned().dma_map(&peer)?;
-        Ok(peer)
+        // Once per region and device; unmapped with the region, after any revocation's
+        // stop (or at detach, without `dma_map_keep`).
+        self.region.dma_use(&peer)
     }
 
-    fn map(&self, peer: &ARef<pci::Device>) -> Result<KVVec<Segment>> {
+    fn map(&self, dma: &DmaUse) -> Result<KVVec<Segment>> {
         if self.shared.state.lock().revoked {
             return Err(ENXIO);
         }
-        let addrs = self.region.window_addresses(&self.window, Some(peer))?;
+        let addrs = self
+            .region
+            .window_addresses(&self.window, Some(dma.peer()))?;
         segments(&addrs)
     }
 
-    fn mapped(&self, _peer: &ARef<pci::Device>) {
+    fn mapped(&self, _dma: &DmaUse) {
         // Revoked since `map`'s check: the revocation's invalidation, which waits for the
         // reservation lock held around both, will reach this mapping; it is counted like any
         // other.
         self.shared.state.lock().mapped += 1;
     }
 
-    fn unmapped(&self, _peer: &ARef<pci::Device>) {
+    fn unmapped(&self, _dma: &DmaUse) {
         self.shared.state.lock().mapped -= 1;
         self.shared.unmapped.notify_all();
     }

@@ -36,7 +36,8 @@
 //! 1. The macros of the modules over bindgen's output ([`bindgen`]), kernel services the
 //!    `kernel` crate lacks ([`sys`], PFN mappings for user space in [`vma`], dma-buf export
 //!    in [`dma_buf`], misc devices with `poll` and an owner in [`miscdev`]), GPU page
-//!    geometry ([`range`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`]).
+//!    geometry ([`range`]) and the nv-p2p wrapper ([`nv_p2p`], with the table gate [`gate`] and
+//!    the DMA mappings of pinned pages, [`iova`]).
 //! 2. The pin engine: decisions ([`policy`]), module parameters ([`params`]), counters
 //!    ([`stats`]), the module environment ([`env`]), notifiers of frees ([`notify`]),
 //!    invalidation events ([`events`]) and the cache ([`cache`]).
@@ -63,14 +64,17 @@
 //!    dma-buf's revocation and its importers' mappings. Never held together, never held across a call out of
 //!    gdrpeer, never held while sleeping (the waits for a notifier in progress and for faults
 //!    release theirs).
+//! 5. `Iovas::state` (mutex, [`iova`]): the DMA mappings of pinned pages, shared by page and
+//!    peer. Taken under 1, 2 or 3 (the free callback gives a revoked pin's mappings back under
+//!    it), never with a lock of level 4; nothing of gdrpeer's is taken under it.
 //!
 //! Outside the order, each taken under none of the above: `Events::reader` (mutex), held by
 //! one reader while it copies events to user space, and `GdrdrvFile::extra` (mutex,
 //! [`gdrdrv`]), a gdrdrv file's per-handle data, taken before or after lock 1, never with it.
 //!
-//! The free callback takes only locks of level 4: the rest of its work (taking the region out
-//! of the tree and out of the accounting) is queued to the engine's work item, which takes 1
-//! then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
+//! The free callback takes only locks of levels 4 and 5: the rest of its work (taking the
+//! region out of the tree and out of the accounting) is queued to the engine's work item, which
+//! takes 1 then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
 //!
 //! CPU mappings ([`files`] over [`vma`]) bring the kernel's mm locks in: a process's
 //! `mmap_lock` comes before lock 1 (mmap looks the handle up under it); the file's
@@ -101,6 +105,7 @@ mod export;
 mod files;
 mod gate;
 mod gdrdrv;
+mod iova;
 mod kapi;
 mod miscdev;
 mod notify;
@@ -146,6 +151,10 @@ module! {
             default: 1,
             description: "Register /dev/gdrdrv, a gdrdrv-compatible device, when no /dev/gdrdrv exists (0: never)",
         },
+        dma_map_keep: u32 {
+            default: 1,
+            description: "Keep a cached region's DMA mapping for a peer after its last registration or dma-buf attachment goes, until the region is unpinned (0: unmap it then)",
+        },
     },
 }
 
@@ -178,7 +187,8 @@ impl kernel::InPlaceModule for GdrpeerModule {
         try_pin_init!(Self {
             env <- env::Env::new(module),
             _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
-                stats::GLOBAL.show(f)
+                stats::GLOBAL.show(f)?;
+                env::Env::get().map_or(Ok(()), |env| env.iovas.stats().show(f))
             }),
             _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
             chardev <- chardev::Chardev::new(&root, module),

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdrpeer: the C side of src/vma.rs, src/dma_buf.rs and src/sys.rs: a lockdep
- * map, which Rust cannot define statically, and what bindgen cannot reach
- * portably: vm_flags_set() and pgprot_writecombine() are static
- * inlines or macros on some architectures (arm64), the fault's vma, pgoff and
- * address sit in an anonymous const struct of struct vm_fault whose generated
- * Rust name depends on the layout, and sg_dma_len() names a field that exists
- * only with CONFIG_NEED_SG_DMA_LENGTH, and arch_io_reserve_memtype_wc() is a
- * static inline where the architecture keeps no memory types.
+ * gdrpeer: the C side of src/vma.rs, src/dma_buf.rs, src/iova.rs and
+ * src/sys.rs: a lockdep map, which Rust cannot define statically, and what
+ * bindgen cannot reach portably: vm_flags_set() and pgprot_writecombine() are
+ * static inlines or macros on some architectures (arm64), the fault's vma,
+ * pgoff and address sit in an anonymous const struct of struct vm_fault whose
+ * generated Rust name depends on the layout, sg_dma_len() names a field that
+ * exists only with CONFIG_NEED_SG_DMA_LENGTH, arch_io_reserve_memtype_wc() is
+ * a static inline where the architecture keeps no memory types, and so is
+ * dma_mapping_error().
  */
+#include <linux/dma-mapping.h>
 #include <linux/io.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
@@ -56,6 +58,11 @@ void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int le
 	sg_set_page(sg, NULL, 0, 0);
 	sg_dma_address(sg) = addr;
 	sg_dma_len(sg) = len;
+}
+
+int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr)
+{
+	return dma_mapping_error(dev, addr);
 }
 
 /*

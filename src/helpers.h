@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * gdrpeer: C helpers of src/vma.rs, src/dma_buf.rs and src/sys.rs
+ * gdrpeer: C helpers of src/vma.rs, src/dma_buf.rs, src/iova.rs and src/sys.rs
  * (src/helpers.c). The Rust side is generated from this header by bindgen, so
  * that the two cannot drift.
  */
 #ifndef _GDRPEER_HELPERS_H_
 #define _GDRPEER_HELPERS_H_
 
+#include <linux/device.h>
 #include <linux/mm_types.h>
 #include <linux/scatterlist.h>
 #include <linux/types.h>
@@ -36,6 +37,9 @@ void gdrpeer_io_free_wc(phys_addr_t phys, u64 size);
  * pages make them: no page, DMA address @addr, DMA length @len.
  */
 void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int len);
+
+/* dma_mapping_error(), a static inline: checks what dma_map_resource() returned. */
+int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr);
 
 /*
  * The lockdep class that stands for NVIDIA's lock (src/notify.rs): taken

@@ -22,7 +22,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Numbering, Region},
+    cache::{Context, DmaUse, Numbering, Region},
     env::Env,
     export::{Export, Window},
     notify::{as_invalidate, might_wait_for_invalidate, Notifier},
@@ -64,6 +64,8 @@ struct KapiMr {
     /// Held without a handle ([`Context::hold`]).
     region: Arc<Region>,
     notifier: u64,
+    /// Its use of the region's DMA mapping for the peer, whose addresses `addrs` are.
+    _dma: DmaUse,
     addrs: KVVec<u64>,
 }
 
@@ -159,13 +161,14 @@ fn pin(
     let window = GpuRange::new(va, len, params::max_pin_bytes())?;
     // Until the registration is complete, an early return gives the region back.
     let region = ScopeGuard::new_with_data(ctx.hold(window)?, |region| ctx.unhold(&region));
-    region.pinned().dma_map(peer)?;
+    let dma = region.dma_use(peer)?;
     let addrs = region.window_addresses(&window, Some(peer))?;
     let notifier = region.add_notifier(KBox::new(invalidate, GFP_KERNEL)?)?;
     let mr = KapiMr {
         ctx: ctx.clone(),
         region: region.dismiss(),
         notifier,
+        _dma: dma,
         addrs,
     };
     // On failure `mr` is dropped, which unregisters the notifier and gives the region back.

@@ -44,6 +44,12 @@ pub(crate) fn gdrdrv() -> bool {
     param!(gdrdrv) != 0
 }
 
+/// Whether a region keeps its DMA mapping for a peer after the last registration or
+/// dma-buf attachment that used it goes, until the region is unpinned (`dma_map_keep`).
+pub(crate) fn dma_map_keep() -> bool {
+    param!(dma_map_keep) != 0
+}
+
 /// Formats the parameters (debugfs `gdrpeer/params`: module parameters are not in sysfs).
 pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let limits = limits();
@@ -52,5 +58,6 @@ pub(crate) fn show(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "cache_max_regions {}", limits.ctx_regions)?;
     writeln!(f, "global_max_bytes {}", limits.global_bytes)?;
     writeln!(f, "invalidate_warn_ms {}", invalidate_warn_ms())?;
-    writeln!(f, "gdrdrv {}", u32::from(gdrdrv()))
+    writeln!(f, "gdrdrv {}", u32::from(gdrdrv()))?;
+    writeln!(f, "dma_map_keep {}", u32::from(dma_map_keep()))
 }

@@ -146,8 +146,8 @@ pub(crate) fn pci_dev_ptr(dev: &pci::Device) -> *mut bindings::pci_dev {
     core::ptr::from_ref(dev).cast_mut().cast()
 }
 
-/// The `struct device` of `dev` (`&pdev->dev`), for the Tegra nv-p2p DMA functions.
-#[cfg(nv_p2p_tegra)]
+/// The `struct device` of `dev` (`&pdev->dev`), for the DMA API and the Tegra nv-p2p DMA
+/// functions.
 pub(crate) fn pci_dev_device_ptr(dev: &pci::Device) -> *mut bindings::device {
     let dev: &kernel::device::Device = dev.as_ref();
     // `device::Device::as_raw` is private; the type is `#[repr(transparent)]` over the C struct.

@@ -8,7 +8,7 @@ use kernel::{
     new_condvar, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{atomic::Relaxed, Arc, CondVar, LockedBy, SpinLock},
+    sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, SpinLock},
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
@@ -17,6 +17,7 @@ use crate::{
     events::HandleEvent,
     notify::Notifier,
     nv_p2p::{PinKind, PinOwner, Pinned, Tokens},
+    params,
     range::GpuRange,
     stats::GLOBAL,
 };
@@ -157,7 +158,7 @@ impl Region {
                 work <- new_work!("Region::work"),
                 lru_links <- ListLinks::new(),
                 lru_track <- AtomicTracker::new(),
-                pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate),
+                pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate, &ctx.env.iovas),
             }),
             GFP_KERNEL,
         )
@@ -257,5 +258,38 @@ impl Region {
         let first = window.first_page_in(self.pinned.range());
         self.pinned.copy_addresses(peer, first, &mut addrs)?;
         Ok(addrs)
+    }
+
+    /// Maps the region for `peer` (once per peer, [`Pinned::dma_map`]) for a use that lasts
+    /// as long as the returned [`DmaUse`]: a kernel-API registration, a dma-buf attachment.
+    pub(crate) fn dma_use(self: &Arc<Self>, peer: &ARef<pci::Device>) -> Result<DmaUse> {
+        self.pinned.dma_map(peer)?;
+        Ok(DmaUse {
+            region: self.clone(),
+            peer: peer.clone(),
+        })
+    }
+}
+
+/// A use of a region's DMA mapping for a peer ([`Region::dma_use`]). Dropping it ends the use:
+/// the mapping stays with the region while the region is pinned (`dma_map_keep`, the
+/// default), or goes with its last use.
+pub(crate) struct DmaUse {
+    region: Arc<Region>,
+    peer: ARef<pci::Device>,
+}
+
+impl DmaUse {
+    /// The peer the region is mapped for.
+    pub(crate) fn peer(&self) -> &pci::Device {
+        &self.peer
+    }
+}
+
+impl Drop for DmaUse {
+    fn drop(&mut self) {
+        self.region
+            .pinned
+            .dma_unuse(&self.peer, params::dma_map_keep());
     }
 }

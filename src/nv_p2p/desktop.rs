@@ -10,6 +10,7 @@
 use kernel::{ffi::c_void, pci, prelude::*};
 
 use super::{bindings, FreeCallback, Tokens, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
+use crate::iova::GpuUuid;
 use crate::{range::GpuRange, sys};
 
 // The fields gdrpeer reads sit where the 1.x ABI puts them in the header it is built
@@ -55,6 +56,22 @@ pub(super) fn check_table(pt: &bindings::nvidia_p2p_page_table, range: &GpuRange
         return Err(EIO);
     }
     Ok(())
+}
+
+/// The GPU a table's pages are on: its UUID (all zeros where the table names none).
+///
+/// # Safety
+///
+/// `table` is a live table that passed [`check_table`].
+pub(super) unsafe fn table_gpu(table: &bindings::nvidia_p2p_page_table) -> GpuUuid {
+    let mut uuid = GpuUuid::default();
+    if !table.gpu_uuid.is_null() {
+        // SAFETY: a live table's non-NULL `gpu_uuid` points to the GPU's 16-byte UUID (the
+        // driver's header, `NVIDIA_P2P_GPU_UUID_LEN`), alive with the table.
+        let src = unsafe { core::slice::from_raw_parts(table.gpu_uuid, uuid.0.len()) };
+        uuid.0.copy_from_slice(src);
+    }
+    uuid
 }
 
 /// Where a 2.x table keeps its `flags` word: after `gpu_uuid`, which the 1.x layout ends with.

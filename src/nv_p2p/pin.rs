@@ -22,12 +22,13 @@ use super::{
     sig::{
         check_dma_mapping, check_table, copy_bus_addresses, copy_dma_addresses, raw_dma_map,
         raw_dma_unmap, raw_get_pages, raw_get_pages_persistent, raw_put_pages,
-        raw_put_pages_persistent, table_cpu_cacheable,
+        raw_put_pages_persistent, table_cpu_cacheable, table_gpu,
     },
     Tokens,
 };
 use crate::{
     gate::{Gate, Side},
+    iova::{GpuUuid, Iovas},
     range::GpuRange,
     sys::{self, ModuleRef},
 };
@@ -76,21 +77,34 @@ pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
     fn invalidate(&self) {}
 }
 
-/// One peer's DMA mapping of a pinned table.
+/// One peer's DMA mapping of a pin's pages ([`Pinned::dma_map`]).
 ///
 /// # Invariants
 ///
-/// `map` was returned by `nvidia_p2p_dma_map_pages` for `peer` and the table of the [`Pinned`]
-/// that holds this, passed [`check_dma_mapping`], and is unmapped or freed only by that
-/// `Pinned`. `addresses` is a copy of its DMA addresses.
-struct DmaMap {
+/// `bus` are the bus addresses of the pin's pages, in order, and `addresses` their DMA
+/// addresses for `peer`: holds on [`Iovas`] mappings, one per page, which only the
+/// [`Pinned`] that holds this gives back ([`PeerMap::unmap`]), once, before the pin's pages go.
+struct PeerMap {
     peer: ARef<pci::Device>,
-    map: NonNull<bindings::nvidia_p2p_dma_mapping>,
+    bus: KVVec<u64>,
     addresses: KVVec<u64>,
+    /// The uses of the mapping not yet ended ([`Pinned::dma_unuse`]).
+    uses: u64,
 }
 
-// SAFETY: the mapping is only handed back to NVIDIA, which allows that from any thread.
-unsafe impl Send for DmaMap {}
+impl PeerMap {
+    /// Gives the mapping back to `iovas`; the caller has taken it out of the pin's state.
+    fn unmap(self, iovas: &Iovas) {
+        iovas.unmap(&self.peer, &self.bus);
+    }
+
+    /// Gives back every mapping of `maps`, taken out of a pin's state.
+    fn unmap_all(maps: RBTree<usize, PeerMap>, iovas: &Iovas) {
+        for (_, map) in maps.iter() {
+            iovas.unmap(&map.peer, &map.bus);
+        }
+    }
+}
 
 /// The table NVIDIA handed out for a pin.
 ///
@@ -122,8 +136,10 @@ struct State {
     addresses: KVVec<u64>,
     /// Whether the table says the CPU may cache the pages (coherent platforms).
     cpu_cacheable: bool,
-    /// DMA mappings, by `struct pci_dev` address of the peer.
-    maps: RBTree<usize, DmaMap>,
+    /// The GPU the pages are on, from the table.
+    gpu: GpuUuid,
+    /// DMA mappings, by `struct pci_dev` address of the peer (each holds its peer).
+    maps: RBTree<usize, PeerMap>,
     /// Keeps gdrpeer loaded while NVIDIA can still call back into it.
     _module: Option<ModuleRef>,
 }
@@ -189,9 +205,10 @@ impl Drop for Access<'_> {
     }
 }
 
-/// A thread inside `dma_map_pages` for a pin. No access is held across the call: the call
-/// takes NVIDIA's lock, under which the callback runs and waits for users. An unpin waits
-/// for mappers before put_pages instead (`State::mappers`); the callback cannot.
+/// A thread inside `dma_map_pages` for a pin ([`Pinned::probe`]). No access is held across
+/// the call: the call takes NVIDIA's lock, under which the callback runs and waits for users.
+/// An unpin waits for mappers before put_pages instead (`State::mappers`); the callback
+/// cannot.
 ///
 /// # Invariants
 ///
@@ -235,29 +252,30 @@ impl Drop for Mapper<'_> {
 }
 
 /// A pin being given back ([`Pinned::begin_release`]): its phase is `Releasing`, its DMA
-/// mappings were taken out of the state, and the access it holds keeps a callback that
-/// comes meanwhile from letting NVIDIA free the table before they are unmapped.
-/// `dma_unmap_pages` takes no NVIDIA lock (only the mapping list's own), so that wait is
-/// bounded.
+/// mappings were taken out of the state (gdrpeer's own, [`Iovas`]), and the access it holds
+/// keeps a callback that comes meanwhile from letting NVIDIA free the table while a probe
+/// still has to give NVIDIA's mapping back ([`Pinned::probe`]). `dma_unmap_pages` takes no
+/// NVIDIA lock (only the mapping list's own), so that wait is bounded.
 struct Release<'a> {
     access: Access<'a>,
-    maps: RBTree<usize, DmaMap>,
+    maps: RBTree<usize, PeerMap>,
 }
 
 /// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
 /// once, by put_pages ([`Pinned::unpin`]) or by NVIDIA's free callback.
 ///
 /// Modelled on the kernel's `Revocable`: readers hold an [`Access`], the free callback
-/// withdraws access and waits (bounded) for current readers, then frees the DMA mappings and
-/// the table. Readers never block while they hold access, and the only nv-p2p call made with
+/// withdraws access and waits (bounded) for current readers, then gives the DMA mappings back
+/// and frees the table. Readers never block while they hold access, and the only nv-p2p call made with
 /// access held is `dma_unmap_pages`, which takes no NVIDIA lock (the driver's nv-p2p.c locks
 /// only the table's mapping list there), so the callback cannot wait for a thread that waits
 /// for NVIDIA's lock. The transitions, with the phase each one moves between:
 ///
 /// - pin: [`Pinned::begin_pin`] (`New` to `Pinning`), [`Pinned::get_pages`],
 ///   [`Pinned::read_table`], [`Pinned::finish_pin`] (to `Valid`, or back);
-/// - DMA map: [`Pinned::begin_dma_map`] (a [`Mapper`]), [`Mapper::map_pages`],
-///   [`Pinned::read_dma_map`], [`Pinned::finish_dma_map`];
+/// - DMA map: [`Pinned::dma_map`], the first for a GPU and peer after a probe of NVIDIA's:
+///   [`Pinned::begin_dma_map`] (a [`Mapper`]), [`Mapper::map_pages`],
+///   [`Pinned::read_dma_map`], [`Pinned::end_probe`];
 /// - unpin: [`Pinned::begin_release`] (`Valid` to `Releasing`, a [`Release`]),
 ///   [`Release::unmap_all`], [`Pinned::put_table`], [`Pinned::finish_release`] (to
 ///   `Released`);
@@ -280,6 +298,8 @@ pub(crate) struct Pinned {
     owner: ARef<Task>,
     /// Keeps gdrpeer's pins off table addresses that a late call may still name.
     gate: &'static Gate,
+    /// Where its DMA mappings are made, shared with other pins of the same pages.
+    iovas: &'static Iovas,
     /// get_pages' out-parameter: where NVIDIA writes the table's address.
     table_out: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
@@ -311,6 +331,7 @@ impl Pinned {
         kind: PinKind,
         tokens: Tokens,
         gate: &'static Gate,
+        iovas: &'static Iovas,
     ) -> impl PinInit<Self> {
         let owner = ARef::from(current!().group_leader());
         pin_init!(Pinned {
@@ -319,6 +340,7 @@ impl Pinned {
             tokens,
             owner,
             gate,
+            iovas,
             table_out: Opaque::new(core::ptr::null_mut()),
             state <- new_spinlock!(
                 State {
@@ -328,6 +350,7 @@ impl Pinned {
                     mappers: 0,
                     addresses: KVVec::new(),
                     cpu_cacheable: false,
+                    gpu: GpuUuid::default(),
                     maps: RBTree::new(),
                     _module: None,
                 },
@@ -450,39 +473,46 @@ impl Pinned {
 
     /// Checks the table and copies its addresses. Readers must not sleep while they hold
     /// access: size first, allocate, then copy.
-    fn read_table(&self) -> Result<(KVVec<u64>, bool)> {
+    fn read_table(&self) -> Result<TableRead> {
         let pinning = [Phase::Pinning];
-        let (n, cacheable) = {
+        let (n, cacheable, gpu) = {
             let access = Access::take(self, &mut self.state.lock(), &pinning)?;
             check_table(access.table(), &self.range)?;
             // SAFETY: the table is live while access is held and passed check_table; the
             // pointer is NVIDIA's own, valid for the whole table (a 2.x table is longer than
             // the struct of a 1.x header).
             let cacheable = unsafe { table_cpu_cacheable(access.table.0.as_ptr()) };
-            (access.table().entries as usize, cacheable)
+            // SAFETY: the table is live while access is held and passed check_table.
+            let gpu = unsafe { table_gpu(access.table()) };
+            (access.table().entries as usize, cacheable, gpu)
         };
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
         let access = Access::take(self, &mut self.state.lock(), &pinning)?;
         // SAFETY: the table is live while access is held, passed check_table and has `n`
         // entries.
         unsafe { copy_bus_addresses(access.table(), n, &mut addresses) }?;
-        Ok((addresses, cacheable))
+        Ok(TableRead {
+            addresses,
+            cacheable,
+            gpu,
+        })
     }
 
     /// `Pinning` to `Valid` with what [`Pinned::read_table`] read; a table it could not read
     /// is given back at once.
     fn finish_pin<T: PinOwner>(
         owner: &Arc<T>,
-        read: Result<(KVVec<u64>, bool)>,
+        read: Result<TableRead>,
         module: ModuleRef,
     ) -> Result {
         let this = owner.pinned();
         let mut s = this.state.lock();
         match read {
-            Ok((addresses, cacheable)) if s.phase == Phase::Pinning => {
+            Ok(read) if s.phase == Phase::Pinning => {
                 s.phase = Phase::Valid;
-                s.addresses = addresses;
-                s.cpu_cacheable = cacheable;
+                s.addresses = read.addresses;
+                s.cpu_cacheable = read.cacheable;
+                s.gpu = read.gpu;
                 if this.kind == PinKind::Callback {
                     s._module = Some(module);
                 }
@@ -549,22 +579,106 @@ impl Pinned {
         Ok(f(address))
     }
 
-    /// Makes (once per peer) a DMA mapping of the whole pin for `peer`.
+    /// Maps the whole pin for `peer`, or counts one more use of the mapping it has: a DMA
+    /// mapping per page, shared with the other pins of the same pages ([`crate::iova`]). Each
+    /// call is a use, which [`Pinned::dma_unuse`] ends; the mapping lasts until the pin is
+    /// given back or revoked, or until its last use ends where the caller does not keep it.
     ///
-    /// Fails with -ENXIO once revoked or released, or with nv-p2p's error.
+    /// The first mapping of a GPU's memory for a peer asks NVIDIA whether the peer may reach
+    /// it ([`Pinned::probe`]). Fails with -ENXIO once revoked or released, with nv-p2p's
+    /// error, or with -EIO where the DMA API cannot map a page for the peer.
     pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result {
         let key = sys::pci_dev_ptr(peer) as usize;
-        if self.mapped(&self.state.lock(), key)? {
-            return Ok(());
+        let gpu = match self.use_mapping(key)? {
+            None => return Ok(()),
+            Some(gpu) => gpu,
+        };
+        if !self.iovas.allowed(gpu, peer) {
+            self.probe(peer)?;
+            self.iovas.allow(gpu, peer)?;
         }
+        let n = self.range.page_count() as usize;
+        let mut bus = KVVec::with_capacity(n, GFP_KERNEL)?;
+        self.copy_addresses(None, 0, &mut bus)?;
+        let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        self.iovas.map(peer, &bus, &mut addresses)?;
+        let mut s = self.state.lock();
+        let lost = match s.phase {
+            Phase::Valid => match s.maps.get_mut(&key) {
+                // Another thread mapped `peer` meanwhile: use its mapping, give ours back.
+                Some(m) => {
+                    m.uses += 1;
+                    Ok(())
+                }
+                None => {
+                    // INVARIANT: the pin's pages, in order, held on the Iovas for `peer`.
+                    let map = PeerMap {
+                        peer: peer.clone(),
+                        bus,
+                        addresses,
+                        uses: 1,
+                    };
+                    s.maps.insert(node.into_node(key, map));
+                    return Ok(());
+                }
+            },
+            // Given back or revoked since: its mappings went, ours goes too. No peer has
+            // seen its addresses.
+            _ => Err(ENXIO),
+        };
+        drop(s);
+        self.iovas.unmap(peer, &bus);
+        lost
+    }
+
+    /// Counts a use of `peer`'s mapping (by `key`) if there is one (`None`), or says which
+    /// GPU the pin is on, for a mapping to make. -ENXIO unless the pin is valid.
+    fn use_mapping(&self, key: usize) -> Result<Option<GpuUuid>> {
+        let mut s = self.state.lock();
+        if s.phase != Phase::Valid {
+            return Err(ENXIO);
+        }
+        let gpu = s.gpu;
+        Ok(match s.maps.get_mut(&key) {
+            Some(m) => {
+                m.uses += 1;
+                None
+            }
+            None => Some(gpu),
+        })
+    }
+
+    /// Ends a use that [`Pinned::dma_map`] counted for `peer`. The last one gives the mapping
+    /// back unless `keep`, which keeps it until the pin goes. Nothing is left to do once the
+    /// pin is given back or revoked: its mappings went with it.
+    pub(crate) fn dma_unuse(&self, peer: &pci::Device, keep: bool) {
+        let key = sys::pci_dev_ptr(peer) as usize;
+        let map = {
+            let mut s = self.state.lock();
+            let Some(m) = s.maps.get_mut(&key) else {
+                return;
+            };
+            m.uses -= 1;
+            if m.uses > 0 || keep {
+                return;
+            }
+            s.maps.remove(&key)
+        };
+        if let Some(map) = map {
+            map.unmap(self.iovas);
+        }
+    }
+
+    /// Asks NVIDIA whether `peer` may reach the table: `dma_map_pages` makes the checks it
+    /// makes for a mapping (the PCIe topology among them), and the mapping it returns is
+    /// checked as any would be ([`Pinned::read_dma_map`]) and given back at once.
+    fn probe(&self, peer: &ARef<pci::Device>) -> Result {
         // Admitted before the phase is checked: should the callback free the table after
         // the check, no pin of ours gets its address until the call below has returned, so
         // the call cannot map another pin's table (crate::gate).
         let pass = self.gate.enter(Side::Use);
-        let Some(mapper) = self.begin_dma_map(key)? else {
-            return Ok(());
-        };
+        let mapper = self.begin_dma_map()?;
         let made = mapper.map_pages(peer);
         drop(pass);
         let map = match made {
@@ -577,31 +691,22 @@ impl Pinned {
             }
         };
         let read = self.read_dma_map(map);
-        self.finish_dma_map(mapper, peer, map, read, node)
+        self.end_probe(mapper, peer, map, read)
     }
 
-    /// Whether `peer` (by `key`) has a mapping: -ENXIO unless the pin is valid.
-    fn mapped(&self, s: &State, key: usize) -> Result<bool> {
-        match s.phase {
-            Phase::Valid => Ok(s.maps.get(&key).is_some()),
-            _ => Err(ENXIO),
-        }
-    }
-
-    /// Counts a mapper, unless `peer` (by `key`) has a mapping already (`None`). -ENXIO
-    /// unless the pin is valid.
-    fn begin_dma_map(&self, key: usize) -> Result<Option<Mapper<'_>>> {
+    /// Counts a mapper: -ENXIO unless the pin is valid.
+    fn begin_dma_map(&self) -> Result<Mapper<'_>> {
         let mut s = self.state.lock();
-        if self.mapped(&s, key)? {
-            return Ok(None);
+        if s.phase != Phase::Valid {
+            return Err(ENXIO);
         }
         let table = s.table.ok_or(ENXIO)?;
         s.mappers += 1;
-        // INVARIANT: counted with the phase Valid (`mapped`) and the state's table.
-        Ok(Some(Mapper {
+        // INVARIANT: counted with the phase Valid and the state's table.
+        Ok(Mapper {
             pinned: self,
             table,
-        }))
+        })
     }
 
     /// Checks the mapping NVIDIA just made and copies its DMA addresses, holding access:
@@ -622,47 +727,28 @@ impl Pinned {
         Ok(addresses)
     }
 
-    /// Keeps the mapping with what [`Pinned::read_dma_map`] read, or gives it back: when it
-    /// could not be read, another thread mapped `peer` meanwhile, or the pin is being
-    /// released.
-    fn finish_dma_map(
+    /// Gives the probe's mapping back, and answers what [`Pinned::read_dma_map`] found. Once
+    /// revoked, NVIDIA frees the mapping with the table.
+    fn end_probe(
         &self,
         mapper: Mapper<'_>,
         peer: &ARef<pci::Device>,
         map: NonNull<bindings::nvidia_p2p_dma_mapping>,
         read: Result<KVVec<u64>>,
-        node: RBTreeNodeReservation<usize, DmaMap>,
     ) -> Result {
-        let key = sys::pci_dev_ptr(peer) as usize;
         let mut s = self.state.lock();
-        match read {
-            Ok(addresses) if s.phase == Phase::Valid && s.maps.get(&key).is_none() => {
-                mapper.finish(&mut s);
-                // INVARIANT: the mapping is checked and its addresses copied.
-                let dma = DmaMap {
-                    peer: peer.clone(),
-                    map,
-                    addresses,
-                };
-                s.maps.insert(node.into_node(key, dma));
-                Ok(())
-            }
-            // Revoked since: NVIDIA frees the mapping with the table.
-            _ if s.phase == Phase::Revoked => {
-                mapper.finish(&mut s);
-                Err(ENXIO)
-            }
-            read => {
-                // A use of the table that a callback waits for, as an unpin's unmaps are.
-                let access = mapper.into_access(&mut s);
-                drop(s);
-                // SAFETY: the mapping is ours and not in `maps`; access is held, so the table
-                // and the mapping are alive.
-                unsafe { raw_dma_unmap(peer, access.table.0.as_ptr(), map.as_ptr()) };
-                drop(access);
-                read.map(|_| ())
-            }
+        if s.phase == Phase::Revoked {
+            mapper.finish(&mut s);
+            return Err(ENXIO);
         }
+        // A use of the table that a callback waits for, as an unpin's waits are.
+        let access = mapper.into_access(&mut s);
+        drop(s);
+        // SAFETY: the mapping is ours and nobody else's; access is held, so the table and the
+        // mapping are alive.
+        unsafe { raw_dma_unmap(peer, access.table.0.as_ptr(), map.as_ptr()) };
+        drop(access);
+        read.map(|_| ())
     }
 
     /// Whether the current task may give this pin back: a callback pin only from the process
@@ -694,7 +780,7 @@ impl Pinned {
             Ok(release) => release,
             Err(done) => return done,
         };
-        let table = release.unmap_all(&this.range);
+        let table = release.unmap_all(this.iovas);
         let ret = this.put_table(table);
         drop(pass);
         Self::finish_release(owner, ret)
@@ -818,20 +904,18 @@ impl Pinned {
         }
     }
 
-    /// Frees the DMA mappings and the table of a revoked pin whose readers left
-    /// ([`Pinned::wait_for_users`]).
+    /// Gives back the DMA mappings and frees the table of a revoked pin whose readers left
+    /// ([`Pinned::wait_for_users`]) and whose peers were told to stop ([`PinOwner::invalidate`]):
+    /// no peer's mapping of its pages outlives the callback. gdrpeer keeps none of NVIDIA's
+    /// DMA mappings (a probe's is given back, or freed by NVIDIA with the table), so there is
+    /// none for `nvidia_p2p_free_dma_mapping`.
     fn free_revoked(&self) {
         let maps = {
             let mut s = self.state.lock();
             // Nobody takes access once the phase is Revoked: `users` stays 0.
             core::mem::take(&mut s.maps)
         };
-        for (_, dma) in maps.iter() {
-            // SAFETY: called from the free callback, as the function requires; the mapping
-            // belongs to this table.
-            unsafe { bindings::nvidia_p2p_free_dma_mapping(dma.map.as_ptr()) };
-        }
-        drop(maps);
+        PeerMap::unmap_all(maps, self.iovas);
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
         unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
@@ -873,23 +957,20 @@ impl Mapper<'_> {
 }
 
 impl Release<'_> {
-    /// Unmaps the mappings taken out, then ends the access and waits for other users (a
-    /// racing DMA_MAP giving back a mapping it made too late) and for mappers, so that
+    /// Gives the DMA mappings taken out back, then ends the access and waits for other users
+    /// (a racing probe giving back the mapping NVIDIA made) and for mappers, so that
     /// put_pages finds no mapping live. The table to give back.
-    fn unmap_all(self, range: &GpuRange) -> Table {
-        let table = self.access.table.0.as_ptr();
-        for (_, dma) in self.maps.iter() {
-            // SAFETY: the table and its mappings stay alive while access is held (a callback
-            // waits for us), and the mappings were taken out of the state, so each is
-            // unmapped once; it belongs to this table and `dma.peer`.
-            let ret = unsafe { raw_dma_unmap(&dma.peer, table, dma.map.as_ptr()) };
-            if ret != 0 {
-                pr_warn!("nv-p2p dma_unmap_pages({:#x}): {}\n", range.start(), ret);
-            }
-        }
-        drop(self.maps);
+    fn unmap_all(self, iovas: &Iovas) -> Table {
+        PeerMap::unmap_all(self.maps, iovas);
         self.access.end_and_wait()
     }
+}
+
+/// What [`Pinned::read_table`] read of a table.
+struct TableRead {
+    addresses: KVVec<u64>,
+    cacheable: bool,
+    gpu: GpuUuid,
 }
 
 /// What [`Pinned::unpin`] did.

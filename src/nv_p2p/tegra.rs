@@ -11,6 +11,7 @@
 use kernel::{ffi::c_void, pci, prelude::*};
 
 use super::{bindings, FreeCallback, Tokens, DMA_MAPPING_MAJOR, DMA_MAPPING_VERSION};
+use crate::iova::GpuUuid;
 use crate::{
     range::{GpuRange, GPU_PAGE_SIZE},
     sys,
@@ -34,6 +35,17 @@ const _: () = {
 /// pin state machine meets for both sets. This body reads nothing.
 pub(super) unsafe fn table_cpu_cacheable(_table: *const bindings::nvidia_p2p_page_table) -> bool {
     false
+}
+
+/// The GPU of a Tegra table: there is one, named by no UUID (never reached: [`check_table`]
+/// refuses every Tegra table).
+///
+/// # Safety
+///
+/// `table` is a live table that passed [`check_table`]: the desktop set's contract. This body
+/// reads nothing.
+pub(super) unsafe fn table_gpu(_table: &bindings::nvidia_p2p_page_table) -> GpuUuid {
+    GpuUuid::default()
 }
 
 /// Refuses the page table: a Tegra table lists 4 KiB pages of system memory, whose addresses

@@ -366,6 +366,10 @@ run_plan() {
 	GDRPEER_FILTER="" GDRPEER_SUFFIX="" gdrpeer_suite
 	# Tables recycled most recently freed first: a late call meets a newer pin's table.
 	GDRPEER_FILTER=gdrpeer-stale GDRPEER_SUFFIX=-recycle gdrpeer_suite recycle=1
+	# gdrpeer unmaps through nv-p2p only after a GPU and peer's first mapping:
+	# this test needs a load that has mapped nothing (the -recycle run gives
+	# the stale dma_map_pages test one).
+	GDRPEER_FILTER=gdrpeer-callback-waits-for-an-unmap GDRPEER_SUFFIX=-fresh gdrpeer_suite
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	# CPU-cacheable tables: REQ_MAPPING_TYPE(CACHING) is honoured.
@@ -375,6 +379,12 @@ run_plan() {
 	done
 	t gdrnic-skewed-build-refused test_gdrnic_skewed_build_refused
 	GDRNIC_FILTER="" gdrnic_suite
+	# The DMA-mapping tests again with a small cache (an eviction), with and
+	# without dma_map_keep.
+	GDRNIC_FILTER=gdrnic-dma-map GDRNIC_SUFFIX=-small-cache \
+		GDRNIC_GDRPEER_PARAMS=cache_max_regions=4 gdrnic_suite
+	GDRNIC_FILTER=gdrnic-dma-map GDRNIC_SUFFIX=-small-cache-no-keep \
+		GDRNIC_GDRPEER_PARAMS="cache_max_regions=4 dma_map_keep=0" gdrnic_suite
 	GDRNIC_FILTER=gdrnic-unsupported GDRNIC_SUFFIX=-0x00030000 gdrnic_suite page_table_version=0x00030000
 	cuda_suite
 	gdrdrv_client_suite

@@ -44,13 +44,15 @@ gdrpeer_suite() {
 }
 
 # gdrpeer-test --nic (GDRNIC_FILTER picks the cases, GDRNIC_SUFFIX is appended
-# to their names, and the arguments go to nvsim.ko): data moved by P2P DMA
+# to their names, GDRNIC_GDRPEER_PARAMS are added to gdrpeer.ko's parameters,
+# and the arguments go to nvsim.ko): data moved by P2P DMA
 # between the GPU BAR and edu. The
 # edu engine takes 100 ms a DMA, so an invalidate callback that waits for one
 # may take 200 ms: gdrpeer warns only past 1 s here.
 gdrnic_suite() {
 	unload_nv_stack
-	load $M/nvsim.ko "$@" && load $M/p2pclient.ko && load $M/gdrpeer.ko invalidate_warn_ms=1000 &&
+	load $M/nvsim.ko "$@" && load $M/p2pclient.ko &&
+		load $M/gdrpeer.ko invalidate_warn_ms=1000 $GDRNIC_GDRPEER_PARAMS &&
 		load $M/gdrnic.ko || { echo "@@ RESULT FAIL gdrnic-suite load"; unload_nv_stack; return; }
 	results gdrnic-test "$GDRNIC_SUFFIX" gdrpeer-test --nic "${GDRNIC_FILTER:-$TEST_FILTER}"
 	unload_nv_stack

@@ -27,6 +27,11 @@ run_plan() {
 	t cli-events$S test_cli_events
 	t gdrdrv-not-registered-with-gdrdrv-0$S test_gdrdrv_param_off
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
+	# gdrpeer calls nv-p2p's dma_map_pages and dma_unmap_pages only for a GPU
+	# and peer's first mapping: these tests need a load that has mapped nothing.
+	for t in gdrpeer-stale-dma-map gdrpeer-callback-waits-for-an-unmap; do
+		GDRPEER_FILTER=$t GDRPEER_SUFFIX=-fresh$S gdrpeer_suite
+	done
 	GDRNIC_FILTER="" GDRNIC_SUFFIX=$S gdrnic_suite
 	CUDA_SUFFIX=$S cuda_suite
 	GDRDRV_CLIENT_SUFFIX=$S gdrdrv_client_suite

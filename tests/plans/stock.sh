@@ -157,6 +157,11 @@ run_plan() {
 	t crate-example-events$S test_crate_example events
 	t libgdrpeer-c$S test_libgdrpeer_c
 	GDRPEER_FILTER="" GDRPEER_SUFFIX=$S gdrpeer_suite
+	# gdrpeer calls nv-p2p's dma_map_pages and dma_unmap_pages only for a GPU
+	# and peer's first mapping: these tests need a load that has mapped nothing.
+	for t in gdrpeer-stale-dma-map gdrpeer-callback-waits-for-an-unmap; do
+		GDRPEER_FILTER=$t GDRPEER_SUFFIX=-fresh$S gdrpeer_suite
+	done
 	GDRPEER_FILTER=gdrpeer-byte-limits GDRPEER_SUFFIX=-4-and-6-pages$S \
 		GDRPEER_PARAMS="cache_max_bytes=262144 global_max_bytes=393216" gdrpeer_suite
 	GDRPEER_FILTER='gdrdrv-req-mapping-type|gdrdrv-libgdrapi' GDRPEER_SUFFIX=-coherent$S gdrpeer_suite coherent=1

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 const K64: u64 = 1 << 16;
 
-/// What a repetition calls: NVIDIA's pin (nvsim's `get_pages_calls`), NVIDIA's DMA mapping
-/// (`dma_map_calls`) and the importer's map of the dma-buf (gdrnic's `dmabuf_maps`).
+/// What a repetition calls: NVIDIA's pin (nvsim's `get_pages_calls`), gdrpeer's DMA mapping
+/// of the page (its `dma_page_maps_made`) and the importer's map of the dma-buf (gdrnic's
+/// `dmabuf_maps`).
 type Calls = [u64; 3];
 const NONE: Calls = [0, 0, 0];
 const IMPORT: Calls = [0, 0, 1];
@@ -24,11 +25,11 @@ const PIN_AND_IMPORT: Calls = [1, 1, 1];
 fn calls() -> Result<Calls, String> {
     let s = nvsim::testing::stats()?;
     let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
-    Ok([
-        get("get_pages_calls")?,
-        get("dma_map_calls")?,
-        nstat("dmabuf_maps")?,
-    ])
+    let maps = nvsim::testing::name_values("/sys/kernel/debug/gdrpeer/stats")?
+        .get("dma_page_maps_made")
+        .copied()
+        .ok_or("gdrpeer: no counter dma_page_maps_made")?;
+    Ok([get("get_pages_calls")?, maps, nstat("dmabuf_maps")?])
 }
 
 /// A NIC call's result, its error named.

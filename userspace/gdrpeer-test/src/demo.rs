@@ -80,9 +80,9 @@ pub fn run() -> TestResult {
         Err(e) => println!("    {e}"),
     }
     println!(
-        "    nvsim: {} pins, {} DMA mappings",
+        "    nvsim: {} pins; gdrpeer: {} DMA-mapped pages",
         stat("pins_live")?,
-        stat("dma_mappings_live")?
+        crate::helpers::gstat("dma_pages_mapped")?
     );
     std::thread::sleep(std::time::Duration::from_millis(50));
     show_stats(&ok(d.stats(), "stats")?);
@@ -144,9 +144,9 @@ pub fn nic() -> TestResult {
         println!("    {l}");
     }
     println!(
-        "    nvsim: {} get_pages calls, {} DMA mappings",
+        "    nvsim: {} get_pages calls; gdrpeer: {} DMA-mapped pages",
         stat("get_pages_calls")?,
-        stat("dma_mappings_live")?
+        crate::helpers::gstat("dma_pages_mapped")?
     );
     n.dereg(mr.handle).map_err(errno)?;
     Ok(())
@@ -237,13 +237,13 @@ pub fn mmap_child() -> TestResult {
 fn show_dmabuf_counters() -> TestResult {
     let n = |k| crate::nic::nstat(k);
     println!(
-        "    gdrnic: {} dma-buf imports, {} maps, {} invalidations; nvsim: {} pins, {} DMA \
-         mappings",
+        "    gdrnic: {} dma-buf imports, {} maps, {} invalidations; nvsim: {} pins; gdrpeer: \
+         {} DMA-mapped pages",
         n("dmabuf_imports")?,
         n("dmabuf_maps")?,
         n("dmabuf_invalidations")?,
         stat("pins_live")?,
-        stat("dma_mappings_live")?
+        crate::helpers::gstat("dma_pages_mapped")?
     );
     Ok(())
 }

@@ -610,14 +610,14 @@ fn close_file_then_fd() -> TestResult {
 }
 
 /// An importer gdrpeer must refuse at attach with EOPNOTSUPP (`flags`: gdrnic's NO_P2P or
-/// NO_INVALIDATE), dynamic or pinned: nothing is attached or mapped (nvsim's DMA mappings do
-/// not move), and an importer that qualifies still gets the dma-buf afterwards.
+/// NO_INVALIDATE), dynamic or pinned: nothing is attached or mapped (gdrpeer makes no DMA
+/// mapping), and an importer that qualifies still gets the dma-buf afterwards.
 fn importer_refused(flags: u32) -> TestResult {
     let (m, data) = filled(K64 as usize, 24)?;
     let d = dev()?;
     let buf = ok(d.export_dmabuf_range(m.p, K64), "EXPORT_DMABUF")?;
     let n = nic()?;
-    let (maps, imports) = (stat("dma_map_calls")?, nstat("dmabuf_imports")?);
+    let (maps, imports) = (gstat("dma_page_maps_made")?, nstat("dmabuf_imports")?);
     for extra in [0, DMABUF_PINNED] {
         expect_err(
             n.reg_dmabuf(buf.fd.as_raw_fd(), flags | extra, 0, K64),
@@ -625,7 +625,7 @@ fn importer_refused(flags: u32) -> TestResult {
             &format!("import with flags {:#x}", flags | extra),
         )?;
     }
-    check_eq!(stat("dma_map_calls")?, maps, "nv-p2p DMA mappings made");
+    check_eq!(gstat("dma_page_maps_made")?, maps, "DMA mappings made");
     check_eq!(nstat("dmabuf_imports")?, imports, "imports");
     let mr = n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
     same_bytes(
@@ -644,10 +644,10 @@ fn importer_without_invalidate_refused() -> TestResult {
     importer_refused(DMABUF_NO_INVALIDATE)
 }
 
-/// Exports and imports of one cached region cost one nv-p2p pin and one DMA mapping for the
-/// NIC, whatever their number: after the first, 16 exports (of ranges inside the region, and
-/// of handles pinned there) and their imports, dynamic and pinned, call neither get_pages nor
-/// dma_map_pages. The same holds for the NIC's own exports through the kernel API, from its
+/// Exports and imports of one cached region cost one nv-p2p pin and one DMA mapping of each
+/// page for the NIC, whatever their number: after the first, 16 exports (of ranges inside
+/// the region, and of handles pinned there) and their imports, dynamic and pinned, neither
+/// call get_pages nor map a page. The same holds for the NIC's own exports through the kernel API, from its
 /// own cache. Bytes received through one import are sent through another.
 fn exports_of_a_cached_region_call_no_driver() -> TestResult {
     let (m, _) = filled(4 * K64 as usize, 25)?;
@@ -655,7 +655,7 @@ fn exports_of_a_cached_region_call_no_driver() -> TestResult {
     let n = nic()?;
     let first = export_and_import(&d, &n, m.p, 4 * K64, Import::Dynamic)?;
     let kapi_first = export_and_import(&d, &n, m.p, 4 * K64, Import::Kapi)?;
-    let (pins, maps) = (stat("get_pages_calls")?, stat("dma_map_calls")?);
+    let (pins, maps) = (stat("get_pages_calls")?, gstat("dma_page_maps_made")?);
     let mut held = vec![first, kapi_first];
     for i in 0..16u64 {
         let (va, len) = (m.p + i * 1000, K64 + i);
@@ -679,9 +679,9 @@ fn exports_of_a_cached_region_call_no_driver() -> TestResult {
         "nv-p2p pins for 16 more exports"
     );
     check_eq!(
-        stat("dma_map_calls")? - maps,
+        gstat("dma_page_maps_made")? - maps,
         0,
-        "nv-p2p DMA mappings for 16 more imports"
+        "DMA mappings for 16 more imports"
     );
     // One pin in the /dev/gdrpeer file's cache, one in the NIC file's.
     check_eq!(stat("pins_live")?, 2, "nv-p2p pins live");

@@ -93,7 +93,14 @@ pub fn eventually(
 /// gdrpeer holds nothing: no context, region or deferred release (callback work included).
 /// Names what it still holds otherwise.
 pub fn gdrpeer_idle() -> TestResult {
-    const HELD: [&str; 4] = ["contexts", "regions", "pinned_bytes", "deferred_releases"];
+    const HELD: [&str; 6] = [
+        "contexts",
+        "regions",
+        "pinned_bytes",
+        "deferred_releases",
+        "dma_pages_mapped",
+        "dma_page_holds",
+    ];
     eventually(5, "gdrpeer idle", || {
         let s = gstats()?;
         Ok(HELD.iter().all(|k| s.get(*k) == Some(&0)))
@@ -112,6 +119,40 @@ pub fn gdrpeer_idle() -> TestResult {
 pub fn all_released() -> TestResult {
     gdrpeer_idle()?;
     harness::nvsim_counters_back_to_zero()
+}
+
+/// The kernel's own record of `dev`'s live page mappings, as `(physical, DMA)`
+/// address pairs: DMA-API debugging's `dma-api/dump`, an oracle that is not gdrpeer's. `None`
+/// on a kernel without DMA-API debugging (the stock and benchmark kernels).
+pub fn dma_api_resource_mappings(dev: &PciAddress) -> Result<Option<Vec<(u64, u64)>>, String> {
+    const DUMP: &str = "/sys/kernel/debug/dma-api/dump";
+    let text = match std::fs::read_to_string(DUMP) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{DUMP}: {e}")),
+    };
+    let name = dev.to_string();
+    let hex = |field: Option<&str>, key: &str, line: &str| {
+        field
+            .and_then(|f| f.strip_prefix(key))
+            .map(|v| v.trim_start_matches("0x"))
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .ok_or_else(|| format!("{DUMP}: no {key} in {line:?}"))
+    };
+    let mut out = Vec::new();
+    // "<driver> <device> <type> idx <n> P=<phys> D=<dma> L=<len> cln=... <dir> ..."
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // `dma_map_resource` is "phy" from 7.2 on (dma_map_phys with DMA_ATTR_MMIO),
+        // "resource" before.
+        if f.get(1) != Some(&name.as_str()) || !matches!(f.get(2), Some(&"phy" | &"resource")) {
+            continue;
+        }
+        let phys = hex(f.iter().copied().find(|x| x.starts_with("P=")), "P=", line)?;
+        let dma = hex(f.iter().copied().find(|x| x.starts_with("D=")), "D=", line)?;
+        out.push((phys, dma));
+    }
+    Ok(Some(out))
 }
 
 /// The PCI address of QEMU's edu device, the DMA peer of these tests.

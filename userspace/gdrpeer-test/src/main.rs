@@ -88,15 +88,13 @@ fn main() -> ExitCode {
         Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),
         Some("--stress-worker") => return narrated(stress::worker(&args[1..])),
         // The sample NIC's tests (gdrnic.ko loaded), gdrpeer's dma-buf export with the NIC
-        // as importer, and the NIC's tests that make lockdep, DMA-API debugging or the
-        // IOMMU report.
+        // as importer, and the NIC's tests that make lockdep or the IOMMU report.
         // --nic-iommu: the planted DMA after revocation, behind a translating IOMMU.
-        Some(mode @ ("--nic" | "--nic-lockdep" | "--nic-dma-debug" | "--nic-iommu")) => {
+        Some(mode @ ("--nic" | "--nic-lockdep" | "--nic-iommu")) => {
             let tests = match mode {
                 "--nic" => [nic::TESTS, dmabuf::TESTS].concat(),
                 "--nic-lockdep" => nic::LOCKDEP_TESTS.to_vec(),
-                "--nic-iommu" => nic::IOMMU_TESTS.to_vec(),
-                _ => nic::DMA_DEBUG_TESTS.to_vec(),
+                _ => nic::IOMMU_TESTS.to_vec(),
             };
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(harness::run_tests(&tests, &filter, nic::nic_released));

@@ -7,10 +7,11 @@
 use crate::failnth::{walk, Op, Ready};
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    all_released, check_dma_kind, check_dma_reaches, edu, eventually, gdrpeer_idle, gstat,
-    iommu_domain, p2pclient_addresses, param, pattern, K64,
+    all_released, check_dma_kind, check_dma_reaches, dma_api_resource_mappings, edu, eventually,
+    gdrpeer_idle, gstat, iommu_domain, p2pclient_addresses, param, pattern, K64,
 };
 use crate::proc;
+use gdrpeer::PciAddress;
 pub use nvsim::gdrnic::{
     nstat, DmabufMr, Mr, Nic, RegArgs, XferArgs, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT,
     DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE, RECV, SEND,
@@ -446,29 +447,240 @@ fn lockdep_sees_lock_taken_in_callback() -> TestResult {
     n.dereg(mr.handle).map_err(errno)
 }
 
-/// Nine registrations of one GPU page, each on a file (context) of its own, as nine verbs
-/// contexts of a process registering one buffer would make: gdrpeer pins and DMA-maps the
-/// page for edu once per context (the NVIDIA driver maps each pin with `dma_map_resource`,
-/// and so does nvsim), and the kernel's DMA-API debugging WARNs at the ninth live mapping of
-/// one cacheline ("exceeded 7 overlapping mappings of cacheline"), MMIO or not. Not in `make
-/// check` (`gdrpeer-test --nic-dma-debug`): the WARN is a property of the NVIDIA interface
-/// and of DMA-API debugging, and once given it silences that check for the rest of the boot.
-fn nine_registrations_of_one_page() -> TestResult {
-    let gpu = Gpu::open().map_err(errno)?;
-    let (va, _) = gpu.alloc(K64).map_err(errno)?;
-    let files = (0..9).map(|_| nic()).collect::<Result<Vec<_>, _>>()?;
-    for n in &files {
-        n.reg(va, K64).map_err(errno)?;
+// --- DMA mappings shared by page and peer (src/iova.rs) ----------------------------------
+//
+// gdrpeer maps each 64 KiB page once per peer, however many contexts pin it, and gives the
+// mapping back with its last holder: the unpin, eviction or revocation of the last region that
+// names the page (or, without `dma_map_keep`, the end of its last registration). gdrpeer's
+// counters (`dma_pages_mapped`, `dma_page_holds`) say so, and on the test kernel so does the
+// kernel's own record of edu's mappings (DMA-API debugging, `dma-api/dump`), which does not
+// come from gdrpeer's code.
+
+/// The kernel's record of `peer`'s mappings of the page at bus address `bus`: their DMA
+/// addresses, or `None` without DMA-API debugging.
+fn kernel_mappings_of(peer: &PciAddress, bus: u64) -> Result<Option<Vec<u64>>, String> {
+    Ok(dma_api_resource_mappings(peer)?.map(|maps| {
+        maps.into_iter()
+            .filter(|&(phys, _)| phys == bus)
+            .map(|(_, dma)| dma)
+            .collect()
+    }))
+}
+
+/// The kernel's record of `peer`'s mappings of the page at `bus` is `want` (its DMA
+/// addresses), where the kernel keeps one.
+fn kernel_record_is(peer: &PciAddress, bus: u64, want: &[u64]) -> TestResult {
+    if let Some(kernel) = kernel_mappings_of(peer, bus)? {
+        check_eq!(
+            kernel,
+            want,
+            "the kernel's record of edu's mappings of the page"
+        );
     }
-    check_eq!(stat("dma_mappings_live")?, 9, "nvsim's DMA mappings");
     Ok(())
 }
 
-/// Tests whose kernel reports are the finding (`gdrpeer-test --nic-dma-debug`).
-pub const DMA_DEBUG_TESTS: &[harness::Test] = &[(
-    "gdrnic-dma-debug-nine-registrations-of-one-page",
-    nine_registrations_of_one_page,
-)];
+/// Frees `va` and waits for the NIC's invalidate callback (a registration of it revoked).
+fn free_and_await_invalidation(gpu: &Gpu, va: u64) -> TestResult {
+    let invalidations = nstat("invalidations")?;
+    gpu.free(va).map_err(errno)?;
+    eventually(5, "the registration's invalidation", || {
+        Ok(nstat("invalidations")? > invalidations)
+    })
+}
+
+/// `dma_pages_mapped` and `dma_page_holds`.
+fn dma_counters() -> Result<(u64, u64), String> {
+    Ok((gstat("dma_pages_mapped")?, gstat("dma_page_holds")?))
+}
+
+/// Nine registrations of one GPU page, each on a file (context) of its own, as nine verbs
+/// contexts of a process registering one buffer would make: nine pins of the page, and one
+/// DMA mapping of it for edu, held nine times. Each context's first mapping asks NVIDIA
+/// (`dma_map_pages`) and gives NVIDIA's mapping back at once, so nvsim holds none. With a
+/// mapping per pin, as before, the ninth made DMA-API debugging WARN ("exceeded 7 overlapping
+/// mappings of cacheline"), which the log oracle fails. The last context's close unmaps it.
+fn nine_contexts_one_mapping() -> TestResult {
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(43, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let bus = p2pclient_addresses(va, K64)?;
+    let (probes, pairs) = (stat("dma_map_calls")?, gstat("dma_gpu_peer_pairs")?);
+    let files = (0..9).map(|_| nic()).collect::<Result<Vec<_>, _>>()?;
+    let mrs = files
+        .iter()
+        .map(|n| n.reg(va, K64).map_err(errno))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_eq!(stat("pins_live")?, 9, "nv-p2p pins of the page");
+    check_eq!(
+        stat("dma_map_calls")? - probes,
+        u64::from(pairs == 0),
+        "NVIDIA dma_map_pages calls: one if gdrpeer had not asked about this GPU and edu yet"
+    );
+    check_eq!(
+        gstat("dma_gpu_peer_pairs")?,
+        1,
+        "GPU and peer pairs asked about"
+    );
+    for mr in &mrs[1..] {
+        check_eq!(
+            mr.dma,
+            mrs[0].dma,
+            "DMA addresses of the page's nine registrations"
+        );
+    }
+    check_dma_kind(&peer, &mrs[0].dma, &bus, "the shared mapping")?;
+    check_eq!(
+        dma_counters()?,
+        (1, 9),
+        "gdrpeer's DMA-mapped pages and their holds"
+    );
+    check_eq!(
+        stat("dma_mappings_live")?,
+        0,
+        "nvsim's DMA mappings (NVIDIA's, given back)"
+    );
+    kernel_record_is(&peer, bus[0], &mrs[0].dma)?;
+    check_dma_reaches(&files[8], &mrs[8].dma, &content, "the ninth registration")?;
+    drop(files);
+    eventually(5, "the page's mapping gone with the last context", || {
+        Ok(dma_counters()? == (0, 0))
+    })?;
+    kernel_record_is(&peer, bus[0], &[])?;
+    Ok(())
+}
+
+/// Two contexts map one page: the first one's close leaves the mapping to the second, whose
+/// DMA still reaches the page; the memory's free revokes the second's registration, and the
+/// callback unmaps the page before it returns (the registration's invalidation first).
+fn shared_mapping_outlives_one_holder() -> TestResult {
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(44, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let bus = p2pclient_addresses(va, K64)?;
+    let (a, b) = (nic()?, nic()?);
+    let ra = a.reg(va, K64).map_err(errno)?;
+    let rb = b.reg(va, K64).map_err(errno)?;
+    check_eq!(rb.dma, ra.dma, "DMA addresses of the page in two contexts");
+    check_eq!(dma_counters()?, (1, 2), "DMA-mapped pages and holds");
+    drop(a);
+    eventually(5, "the first context's hold given back", || {
+        Ok(dma_counters()? == (1, 1))
+    })?;
+    kernel_record_is(&peer, bus[0], &rb.dma)?;
+    check_dma_reaches(&b, &rb.dma, &content, "the second context's registration")?;
+    free_and_await_invalidation(&gpu, va)?;
+    check_eq!(
+        dma_counters()?,
+        (0, 0),
+        "DMA-mapped pages once the callback returned"
+    );
+    kernel_record_is(&peer, bus[0], &[])?;
+    expect_err(
+        b.send(rb.handle, 0, 64),
+        Errno::NXIO,
+        "send after revocation",
+    )?;
+    b.dereg(rb.handle).map_err(errno)
+}
+
+/// A deregistered region stays cached, and its mapping with it (`dma_map_keep=1`, the
+/// default): the next registration gets the same addresses. With `dma_map_keep=0` the
+/// mapping goes with the registration, and the next one maps again. Neither asks NVIDIA's
+/// `dma_map_pages` again: the first asked it about this GPU and edu.
+fn mapping_kept_while_cached() -> TestResult {
+    let keep = param("dma_map_keep")? != 0;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(45, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let n = nic()?;
+    let first = n.reg(va, K64).map_err(errno)?;
+    n.dereg(first.handle).map_err(errno)?;
+    check_eq!(
+        gstat("regions")?,
+        1,
+        "regions cached after the deregistration"
+    );
+    let held = if keep { (1, 1) } else { (0, 0) };
+    check_eq!(
+        dma_counters()?,
+        held,
+        format!(
+            "DMA-mapped pages after it (dma_map_keep={})",
+            u8::from(keep)
+        )
+    );
+    let probes = stat("dma_map_calls")?;
+    let again = n.reg(va, K64).map_err(errno)?;
+    check_eq!(
+        dma_counters()?,
+        (1, 1),
+        "DMA-mapped pages with the second registration"
+    );
+    // NVIDIA was asked about this GPU and edu by the first: not again.
+    check_eq!(
+        stat("dma_map_calls")? - probes,
+        0,
+        "NVIDIA dma_map_pages calls of the second registration"
+    );
+    if keep {
+        check_eq!(again.dma, first.dma, "DMA addresses of the cached mapping");
+    }
+    check_dma_reaches(&n, &again.dma, &content, "the second registration")?;
+    n.dereg(again.handle).map_err(errno)
+}
+
+/// One context's region of a page is evicted (the cache's region limit) while another
+/// context's registration of the page is outstanding: the eviction gives its hold back and
+/// the mapping stays for the other, whose DMA still reaches the page. Needs gdrpeer loaded
+/// with a small `cache_max_regions` (the plan's `-small-cache` runs).
+fn eviction_leaves_other_holders() -> TestResult {
+    let limit = param("cache_max_regions")?;
+    if limit == 0 || limit > 8 {
+        return Err(format!("{SKIP}needs cache_max_regions 1..8, not {limit}"));
+    }
+    let keep = param("dma_map_keep")? != 0;
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(46, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let bus = p2pclient_addresses(va, K64)?;
+    let (a, b) = (nic()?, nic()?);
+    let ra = a.reg(va, K64).map_err(errno)?;
+    a.dereg(ra.handle).map_err(errno)?;
+    let rb = b.reg(va, K64).map_err(errno)?;
+    // `limit` other buffers through the first context: its region of the page is the least
+    // recently used, and goes.
+    let evictions = gstat("evictions_limit")?;
+    let mut others = Vec::new();
+    for _ in 0..limit {
+        let (o, _) = gpu.alloc(K64).map_err(errno)?;
+        let mr = a.reg(o, K64).map_err(errno)?;
+        a.dereg(mr.handle).map_err(errno)?;
+        others.push(o);
+    }
+    check_eq!(gstat("evictions_limit")? - evictions, 1, "regions evicted");
+    let cached = if keep { limit } else { 0 };
+    check_eq!(
+        dma_counters()?,
+        (1 + cached, 1 + cached),
+        "DMA-mapped pages and holds: the page's (the second context's) and the cached others'"
+    );
+    kernel_record_is(&peer, bus[0], &rb.dma)?;
+    check_dma_reaches(&b, &rb.dma, &content, "the second context's registration")?;
+    b.dereg(rb.handle).map_err(errno)?;
+    drop((a, b));
+    for o in others {
+        gpu.free(o).map_err(errno)?;
+    }
+    Ok(())
+}
 
 /// A DMA after revocation, planted: the NIC registers a GPU page through the kernel API, the
 /// memory is freed (the callback revokes the registration, and the page's DMA mapping for
@@ -494,22 +706,20 @@ fn planted_dma_after_revocation() -> TestResult {
     let content = pattern(41, K64 as usize);
     gpu.write(va, &content).map_err(errno)?;
     let n = nic()?;
-    let mapped = stat("dma_mappings_live")?;
+    let mapped = gstat("dma_pages_mapped")?;
     let mr = n.reg(va, K64).map_err(errno)?;
     check_eq!(
-        stat("dma_mappings_live")?,
+        gstat("dma_pages_mapped")?,
         mapped + 1,
-        "nvsim's DMA mappings with the registration"
+        "gdrpeer's DMA-mapped pages with the registration"
     );
     check_dma_reaches(&n, &mr.dma, &content, "the registration's DMA address")?;
-    let invalidations = nstat("invalidations")?;
-    gpu.free(va).map_err(errno)?;
-    eventually(5, "the registration's invalidation", || {
-        Ok(nstat("invalidations")? > invalidations)
-    })?;
-    eventually(5, "the page's DMA mapping for edu torn down", || {
-        Ok(stat("dma_mappings_live")? == mapped)
-    })?;
+    free_and_await_invalidation(&gpu, va)?;
+    check_eq!(
+        gstat("dma_pages_mapped")?,
+        mapped,
+        "gdrpeer's DMA-mapped pages once the callback returned"
+    );
     expect_err(
         n.send(mr.handle, 0, 64),
         Errno::NXIO,
@@ -745,6 +955,22 @@ pub const TESTS: &[harness::Test] = &[
         slow_invalidate_is_reported,
     ),
     ("gdrnic-kapi-fuzz-short", crate::kapi_fuzz::short),
+    (
+        "gdrnic-dma-map-nine-contexts-one-mapping",
+        nine_contexts_one_mapping,
+    ),
+    (
+        "gdrnic-dma-map-shared-mapping-outlives-one-holder",
+        shared_mapping_outlives_one_holder,
+    ),
+    (
+        "gdrnic-dma-map-kept-while-cached",
+        mapping_kept_while_cached,
+    ),
+    (
+        "gdrnic-dma-map-eviction-leaves-other-holders",
+        eviction_leaves_other_holders,
+    ),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];

@@ -7,12 +7,12 @@
 
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, iommu_translates,
-    ok, pattern, with_nic, K64,
+    check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, gstat,
+    iommu_translates, ok, pattern, with_nic, K64,
 };
 use gdrpeer::{PciAddress, PinFlags, PinState};
 use nvsim::gdrnic::Nic;
-use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult};
+use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
 use std::time::{Duration, Instant};
@@ -152,12 +152,17 @@ fn callback_frees_live_dma_mappings() -> TestResult {
         addrs,
         "DMA addresses again"
     );
-    check_eq!(stat("dma_mappings_live")?, 1, "DMA mappings");
-    debugfs("free", &id.to_string())?;
+    check_eq!(gstat("dma_pages_mapped")?, 2, "gdrpeer's DMA-mapped pages");
     check_eq!(
         stat("dma_mappings_live")?,
         0,
-        "DMA mappings after the callback"
+        "nvsim's DMA mappings (NVIDIA's, given back)"
+    );
+    debugfs("free", &id.to_string())?;
+    check_eq!(
+        gstat("dma_pages_mapped")?,
+        0,
+        "gdrpeer's DMA-mapped pages after the callback"
     );
     check_eq!(
         fails(d.dma_map(p.handle, peer), "dma_map after free")?,
@@ -167,31 +172,47 @@ fn callback_frees_live_dma_mappings() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
-/// A free callback that comes while an unpin is inside dma_unmap_pages waits for it: the
-/// unmap never sees a freed table (nvsim counts one in client_errors). nvsim's
-/// `unmap_delay_us` holds the unmap open while the memory is freed. The ioctl fuzzer found
-/// this window.
+/// A free callback that comes while a thread is inside dma_unmap_pages waits for it: the
+/// unmap never sees a freed table (nvsim counts one in client_errors). The one
+/// dma_unmap_pages gdrpeer makes is a probe's, giving back the mapping it asked NVIDIA for at
+/// the first mapping of a GPU's memory for a peer (src/iova.rs), so this needs a gdrpeer that
+/// has mapped nothing for edu since it was loaded (the plan's `-fresh` runs). nvsim's
+/// `unmap_delay_us` holds the unmap open while the memory is freed; DMA_MAP then fails with
+/// ENXIO and leaves no mapping. The ioctl fuzzer found this window (then in unpin's unmaps).
 fn callback_waits_for_an_unmap() -> TestResult {
+    let pairs = gstat("dma_gpu_peer_pairs")?;
+    if pairs != 0 {
+        return Err(format!(
+            "{SKIP}gdrpeer asked NVIDIA about {pairs} GPU and peer pairs already: it unmaps \
+             through nv-p2p only for a pair's first mapping (run on a fresh load)"
+        ));
+    }
     let gpu = Gpu::open().map_err(errno)?;
     let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
     let d = dev()?;
     let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
-    ok(d.dma_map(p.handle, edu()?), "dma_map")?;
+    let peer = edu()?;
     let callbacks = stat("callbacks_fired")?;
     debugfs("unmap_delay_us", "300000")?;
     let r = std::thread::scope(|s| {
-        // Closing the file unpins the region: its unmap sleeps in nvsim.
-        let closer = s.spawn(move || drop(d));
+        // The probe's unmap sleeps in nvsim.
+        let mapper = s.spawn(|| d.dma_map(p.handle, peer));
         std::thread::sleep(Duration::from_millis(100));
         let freed = debugfs("free", &id.to_string());
-        closer.join().map_err(|_| "close panicked".to_string())?;
-        freed
+        let mapped = mapper.join().map_err(|_| "dma_map panicked".to_string())?;
+        freed.map(|()| mapped)
     });
     debugfs("unmap_delay_us", "0")?;
-    r?;
+    let mapped = r?;
     check_eq!(stat("client_errors")?, 0, "unmaps of a freed table");
     check_eq!(stat("callbacks_fired")? - callbacks, 1, "callbacks");
-    Ok(())
+    check_eq!(
+        fails(mapped, "dma_map racing the free")?,
+        Errno::NXIO,
+        "dma_map racing the free"
+    );
+    check_eq!(gstat("dma_pages_mapped")?, 0, "gdrpeer's DMA-mapped pages");
+    ok(d.unpin(p.handle), "unpin")
 }
 
 /// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
@@ -263,8 +284,17 @@ fn stale_put_pages_spares_a_newer_pin() -> TestResult {
 /// its read of the table and NVIDIA's lock while the memory is freed: the DMA-mapping window
 /// of Documentation/dev/design.rst, entered here by construction. NVIDIA's call reads the freed table there,
 /// which nvsim counts once in `dma_map_window` (and no client error: the newer pin's table
-/// is not named); gdrpeer cannot keep a call through nv-p2p out of that window.
+/// is not named); gdrpeer cannot keep a call through nv-p2p out of that window. It makes one
+/// only for the first mapping of a GPU's memory for a peer (src/iova.rs), so this needs a
+/// gdrpeer that has mapped nothing for edu since it was loaded (the plan's `-fresh` run).
 fn stale_dma_map_spares_a_newer_pin() -> TestResult {
+    let pairs = gstat("dma_gpu_peer_pairs")?;
+    if pairs != 0 {
+        return Err(format!(
+            "{SKIP}gdrpeer asked NVIDIA about {pairs} GPU and peer pairs already: DMA_MAP calls \
+             nv-p2p only for a pair's first mapping (run on a fresh load)"
+        ));
+    }
     let gpu = Gpu::open().map_err(errno)?;
     let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
     let (d, other) = (dev()?, dev()?);
@@ -305,7 +335,7 @@ fn dma_map_checks_the_peer() -> TestResult {
         // The region gdrpeer keeps cached goes with the memory, and its mapping for edu.
         gpu.free(va).map_err(errno)?;
         eventually(5, "DMA mappings for edu gone", || {
-            Ok(stat("dma_mappings_live")? == 0)
+            Ok(gstat("dma_pages_mapped")? == 0)
         })?;
         r
     })

@@ -141,7 +141,11 @@ fn child_closes_last(how: Handover) -> TestResult {
 fn killed_process_leaves_nothing() -> TestResult {
     let (child, _) = spawn_ready("--pin-and-wait")?;
     check!(gstat("regions")? >= 3, "child's regions not pinned");
-    check_eq!(stat("dma_mappings_live")?, 1, "child's DMA mapping");
+    check_eq!(
+        gstat("dma_pages_mapped")?,
+        2,
+        "child's DMA-mapped pages (one region of two)"
+    );
     kill_and_wait(child)
 }
 
