@@ -13,8 +13,8 @@
 //! This file holds [`Context`], what the front-ends call; the rest is split by concern:
 //! `inner.rs`, the cache state under the context's lock (trees, LRU, handles, bookkeeping,
 //! with its KUnit suite `gdrpeer_cache_inner`); `region.rs`, a region and its notifiers;
-//! `handles.rs`, how handles are numbered; `exports.rs`, the references dma-bufs hold on
-//! regions.
+//! `handles.rs`, how handles are numbered; `kept.rs`, the references that keep a region
+//! pinned after its context closes.
 
 use core::any::Any;
 
@@ -37,9 +37,9 @@ use crate::{
     stats::{Stats, GLOBAL},
 };
 
-mod exports;
 mod handles;
 mod inner;
+mod kept;
 mod region;
 
 pub(crate) use handles::Numbering;
@@ -219,7 +219,7 @@ impl Context {
     }
 
     /// The region that serves a pin of `range`, from the cache or pinned now, with a reference
-    /// taken for its new user ([`Context::pin`], [`Context::export_range`]).
+    /// taken for its new user ([`Context::pin`], [`Context::keep_range`]).
     fn acquire(
         self: &Arc<Self>,
         inner: &mut Inner,
@@ -351,10 +351,10 @@ impl Context {
     /// private region ([`Sharing::Private`]) is given back at once.
     ///
     /// A handle with a front-end's use ([`Context::attach`]) has it ended first
-    /// ([`HandleUse::end`]), and then `unmap` is called to undo it (the CPU mappings' zap),
-    /// before the region may be released: a later access gets SIGBUS. `unmap` runs under
-    /// [`Context::inner`] and may take the mappings' `i_mmap_rwsem` and page-table locks,
-    /// never a `mmap_lock`.
+    /// ([`HandleUse::end`]), and then `unmap` is called to undo what the use made, before the
+    /// region may be released: nothing of the use survives the handle. `unmap` runs under
+    /// [`Context::inner`]: it may take the locks that come after lock 1 in the crate's lock
+    /// order (`i_mmap_rwsem`, page-table locks), never a `mmap_lock`.
     pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
         let mut inner = self.inner.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
@@ -486,11 +486,11 @@ impl Context {
         for region in lru.iter() {
             region.book.access_mut(&mut inner).unused = false;
         }
-        // An exported region stays pinned for its dma-bufs; the last one's
-        // [`Context::unexport`] releases it.
+        // A kept region stays pinned for its keepers; the last one's [`Context::unkeep`]
+        // releases it.
         for (_, region) in trees.iter().flat_map(|tree| tree.iter()) {
             region.book.access_mut(&mut inner).in_tree = false;
-            if inner.book(region).exports == 0 {
+            if inner.book(region).kept == 0 {
                 inner.release(region);
             }
         }
