@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! What the file front-ends, `/dev/gdrpeer` ([`crate::chardev`]) and `/dev/gdrdrv`
-//! ([`crate::gdrdrv`]), share: an open file's context ([`OpenFile`]), CPU
-//! mappings of a handle's window ([`CpuMap`], over the handle's [`Mappings`]) and the reading and polling of invalidation
-//! events ([`read_events`], [`poll_events`]).
+//! ([`crate::gdrdrv`]), share: an open file's context ([`OpenFile`]), CPU mappings of a
+//! handle's window ([`CpuMap`], over the handle's [`Mappings`], `files/mappings.rs`) and the
+//! reading and polling of invalidation events ([`read_events`], [`poll_events`]).
 //!
 //! Each device lays its handles out in the mmap offsets its own way ([`MapAt`]):
 //! `/dev/gdrpeer` puts the handle in the offset's high bits (`GDRPEER_MMAP_HANDLE_SHIFT`) and

@@ -145,8 +145,8 @@ impl Inner {
     }
 
     /// Caches a region just pinned in place of every region it overlaps: those are taken out,
-    /// and given back unless a handle or a kept reference holds them. On failure the region is given
-    /// back.
+    /// and given back unless a handle or a kept reference holds them. On failure the region
+    /// is given back.
     pub(super) fn replace(&mut self, region: &Arc<Region>) -> Result {
         let replaced = match self.overlapping(region.pinned.kind(), region.pinned.range()) {
             Ok(replaced) => replaced,
