@@ -4,16 +4,19 @@
 //! [`Context`] per open file of `/dev/gdrpeer` or per kernel-API context, never shared between
 //! processes; its [`Region`]s are pins of GPU memory, its handles windows of them.
 //!
-//! The engine knows no front-end: what it needs from one (hearing that NVIDIA freed a region)
-//! is the [`Notifier`] trait ([`crate::notify`]). The locks it takes are in the crate's lock
+//! The engine knows no front-end: what it needs from one (hearing that NVIDIA freed a region,
+//! ending a front-end's use of a handle at unpin) is the [`Notifier`] and [`HandleUse`] traits
+//! ([`crate::notify`]). The locks it takes are in the crate's lock
 //! order (the crate root's documentation): [`Context::inner`] is lock 1, `Region::notifiers`
 //! lock 4.
 //!
 //! This file holds [`Context`], what the front-ends call; the rest is split by concern:
 //! `inner.rs`, the cache state under the context's lock (trees, LRU, handles, bookkeeping,
 //! with its KUnit suite `gdrpeer_cache_inner`); `region.rs`, a region and its notifiers;
-//! `handles.rs`, how handles are numbered; `mappings.rs`, the CPU mappings of a handle, which
-//! unpinning it ends; `exports.rs`, the references dma-bufs hold on regions.
+//! `handles.rs`, how handles are numbered; `kept.rs`, the references that keep a region
+//! pinned after its context closes.
+
+use core::any::Any;
 
 use kernel::{
     list::List,
@@ -27,33 +30,39 @@ use kernel::{
 use crate::{
     env::Env,
     events::{Events, HandleEvent},
+    notify::HandleUse,
     nv_p2p::{PinKind, Pinned, Tokens},
     params, policy,
     range::GpuRange,
     stats::{Stats, GLOBAL},
 };
 
-mod exports;
 mod handles;
 mod inner;
-mod mappings;
+mod kept;
 mod region;
 
 pub(crate) use handles::Numbering;
 use inner::region_put_handle;
 pub(crate) use inner::Inner;
-pub(crate) use mappings::Mappings;
 pub(crate) use region::{DmaUse, Region};
 
 /// A user's pin: a window of a region (the request rounded to 64 KiB pages).
 pub(crate) struct Handle {
     region: Arc<Region>,
     window: GpuRange,
-    /// CPU mappings of the window ([`Context::map_handle`]), made on the first. While the
-    /// handle lives its region is in use (never evicted); unpinning it ends them first.
-    mappings: Option<Arc<Mappings>>,
+    /// A front-end's use of the handle ([`Context::attach`]), which unpinning it ends first.
+    /// While the handle lives its region is in use (never evicted), used or not.
+    used: Option<Attached>,
     /// Its [`HandleEvent`] notifier on the region, in a context with events.
     event: Option<u64>,
+}
+
+/// A front-end's use attached to a handle: what the engine calls ([`HandleUse`]) and what the
+/// front-end gets back ([`Context::attach`]), one object.
+struct Attached {
+    ops: Arc<dyn HandleUse>,
+    any: Arc<dyn Any + Send + Sync>,
 }
 
 /// One context: the registration cache of one process.
@@ -185,7 +194,7 @@ impl Context {
                     Handle {
                         region: region.clone(),
                         window: range,
-                        mappings: None,
+                        used: None,
                         event,
                     },
                 ),
@@ -210,7 +219,7 @@ impl Context {
     }
 
     /// The region that serves a pin of `range`, from the cache or pinned now, with a reference
-    /// taken for its new user ([`Context::pin`], [`Context::export_range`]).
+    /// taken for its new user ([`Context::pin`], [`Context::keep_range`]).
     fn acquire(
         self: &Arc<Self>,
         inner: &mut Inner,
@@ -341,19 +350,20 @@ impl Context {
     /// Drops a handle: its region stays pinned, unused, for the next hit (lazy unpin); a
     /// private region ([`Sharing::Private`]) is given back at once.
     ///
-    /// A mapped handle's mappings are ended first ([`Mappings::end`]) and `unmap` is called
-    /// to zap them, before the region may be released: a later access gets SIGBUS. `unmap`
-    /// runs under [`Context::inner`] and may take the mappings' `i_mmap_rwsem` and page-table
-    /// locks, never a `mmap_lock`.
+    /// A handle with a front-end's use ([`Context::attach`]) has it ended first
+    /// ([`HandleUse::end`]), and then `unmap` is called to undo what the use made, before the
+    /// region may be released: nothing of the use survives the handle. `unmap` runs under
+    /// [`Context::inner`]: it may take the locks that come after lock 1 in the crate's lock
+    /// order (`i_mmap_rwsem`, page-table locks), never a `mmap_lock`.
     pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
         let mut inner = self.inner.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
-        let (region, mappings, event) = (h.region.clone(), h.mappings.take(), h.event.take());
+        let (region, used, event) = (h.region.clone(), h.used.take(), h.event.take());
         if let Some(node) = inner.handles.remove_node(&handle) {
             inner.keep_handle_node(node.into_reservation());
         }
-        if let Some(mappings) = &mappings {
-            mappings.end();
+        if let Some(used) = &used {
+            used.ops.end();
             unmap();
         }
         inner.stats.handles -= 1;
@@ -413,29 +423,36 @@ impl Context {
         f(&h.region, &h.window)
     }
 
-    /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
-    /// leave the returned [`Mappings`], which unpinning the handle ends. Returns the handle's region and window
-    /// with it.
-    pub(crate) fn map_handle(&self, handle: u64) -> Result<(Arc<Region>, GpuRange, Arc<Mappings>)> {
+    /// Attaches a front-end's use to a handle ([`HandleUse`]), which unpinning the handle
+    /// ends. `attach` gets the use attached already, if any, and returns the one to keep; it
+    /// runs under [`Context::inner`]. Returns the handle's region and window with it.
+    ///
+    /// A handle has one use, of its front-end's type (-EINVAL for another).
+    pub(crate) fn attach<U: HandleUse + 'static>(
+        &self,
+        handle: u64,
+        attach: impl FnOnce(Option<Arc<U>>) -> Result<Arc<U>>,
+    ) -> Result<(Arc<Region>, GpuRange, Arc<U>)> {
         let mut inner = self.inner.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
-        let mappings = match &h.mappings {
-            Some(mappings) => mappings.clone(),
-            None => {
-                let mappings = Mappings::new()?;
-                h.mappings = Some(mappings.clone());
-                mappings
-            }
+        let current = match &h.used {
+            Some(used) => Some(used.any.clone().downcast::<U>().map_err(|_| EINVAL)?),
+            None => None,
         };
-        mappings.state.lock().live += 1;
-        Ok((h.region.clone(), h.window, mappings))
+        let used = attach(current)?;
+        h.used = Some(Attached {
+            ops: used.clone(),
+            any: used.clone(),
+        });
+        Ok((h.region.clone(), h.window, used))
     }
 
-    /// Whether a handle is mapped now.
-    pub(crate) fn is_mapped(&self, handle: u64) -> Result<bool> {
+    /// Whether a front-end's use of a handle ([`Context::attach`]) says it is busy now; false
+    /// for a handle without one.
+    pub(crate) fn is_busy(&self, handle: u64) -> Result<bool> {
         let inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
-        Ok(h.mappings.as_ref().is_some_and(|m| m.state.lock().live > 0))
+        Ok(h.used.as_ref().is_some_and(|used| used.ops.busy()))
     }
 
     /// What GET_INFO reports.
@@ -469,11 +486,11 @@ impl Context {
         for region in lru.iter() {
             region.book.access_mut(&mut inner).unused = false;
         }
-        // An exported region stays pinned for its dma-bufs; the last one's
-        // [`Context::unexport`] releases it.
+        // A kept region stays pinned for its keepers; the last one's [`Context::unkeep`]
+        // releases it.
         for (_, region) in trees.iter().flat_map(|tree| tree.iter()) {
             region.book.access_mut(&mut inner).in_tree = false;
-            if inner.book(region).exports == 0 {
+            if inner.book(region).kept == 0 {
                 inner.release(region);
             }
         }

@@ -5,7 +5,7 @@
 //!
 //! An [`Export`] is the exporter of one dma-buf: a window of a region, with a reference on the
 //! region that keeps it pinned and in use for as long as the dma-buf lives, whatever happens to
-//! the handle or the context it came from ([`Context::export`]).
+//! the handle or the context it came from ([`Context::keep_handle`]).
 //!
 //! Importers must take peer-to-peer memory and handle invalidation, unless the region is a
 //! persistent pin ([`Window::Persistent`], or a handle pinned persistently): NVIDIA never
@@ -126,13 +126,13 @@ impl Export {
     /// Exports a window of `ctx` as a dma-buf.
     pub(crate) fn create(ctx: &Arc<Context>, what: Window) -> Result<Made> {
         let (region, window) = match what {
-            Window::Handle { handle, persistent } => ctx.export(handle, persistent)?,
-            Window::Range(range) => ctx.export_range(range, PinKind::Callback)?,
+            Window::Handle { handle, persistent } => ctx.keep_handle(handle, persistent)?,
+            Window::Range(range) => ctx.keep_range(range, PinKind::Callback)?,
             Window::Persistent(range) => {
                 if !nv_p2p::PERSISTENT_SUPPORTED {
                     return Err(sys::eopnotsupp());
                 }
-                ctx.export_range(range, PinKind::Persistent)?
+                ctx.keep_range(range, PinKind::Persistent)?
             }
         };
         let shared = Arc::pin_init(
@@ -152,7 +152,7 @@ impl Export {
         let shared = match shared {
             Ok(shared) => shared,
             Err(e) => {
-                ctx.unexport(&region);
+                ctx.unkeep(&region);
                 return Err(e);
             }
         };
@@ -182,7 +182,7 @@ impl Drop for Export {
             // Waits for a revocation in progress; none comes afterwards.
             self.region.remove_notifier(id);
         }
-        self.ctx.unexport(&self.region);
+        self.ctx.unkeep(&self.region);
     }
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! What the file front-ends, `/dev/gdrpeer` ([`crate::chardev`]) and `/dev/gdrdrv`
-//! ([`crate::gdrdrv`]), share: an open file's context ([`OpenFile`]), CPU
-//! mappings of a handle's window ([`CpuMap`]) and the reading and polling of invalidation
-//! events ([`read_events`], [`poll_events`]).
+//! ([`crate::gdrdrv`]), share: an open file's context ([`OpenFile`]), CPU mappings of a
+//! handle's window ([`CpuMap`], over the handle's [`Mappings`], `files/mappings.rs`) and the
+//! reading and polling of invalidation events ([`read_events`], [`poll_events`]).
 //!
 //! Each device lays its handles out in the mmap offsets its own way ([`MapAt`]):
 //! `/dev/gdrpeer` puts the handle in the offset's high bits (`GDRPEER_MMAP_HANDLE_SHIFT`) and
@@ -23,7 +23,7 @@ use kernel::{
 };
 
 use crate::{
-    cache::{Context, Mappings, Numbering, Region},
+    cache::{Context, Numbering, Region},
     env::Env,
     events::Read,
     notify::Notifier,
@@ -31,6 +31,11 @@ use crate::{
     uapi,
     vma::{self, Caching, Fault, FaultResult, PfnMapper, WcReservation},
 };
+
+mod mappings;
+
+pub(crate) use mappings::is_mapped;
+use mappings::Mappings;
 
 /// What every open file of a front-end device holds: a context of the opening process, with
 /// events. (The file holds the module too: its device's file operations name the module as
@@ -130,7 +135,7 @@ impl CpuMap {
             base,
         } = at;
         let len = (vma.end() - vma.start()) as u64;
-        let (region, window, mappings) = ctx.map_handle(handle)?;
+        let (region, window, mappings) = Mappings::get(ctx, handle)?;
         // Until the mapping is complete, an early return puts it back.
         let mappings = ScopeGuard::new_with_data(mappings, |mappings| mappings.put());
         if offset.checked_add(len).is_none_or(|end| end > window.len()) {

@@ -225,7 +225,7 @@ impl MiscDevice for GdrdrvFile {
         let info = ctx.info(handle)?;
         // mmap runs under the caller's mmap_lock, and only the opener may map: no other
         // mapping of the handle can be made between this check and the install.
-        if ctx.is_mapped(handle)? || info.revoked || info.window.offset() != 0 {
+        if files::is_mapped(ctx, handle)? || info.revoked || info.window.offset() != 0 {
             return Err(EINVAL);
         }
         let asked = me.extra.lock().get(&handle).ok_or(EINVAL)?.mapping_type;
@@ -383,7 +383,7 @@ impl GdrdrvFile {
     /// derives from it).
     fn info(&self, handle: u64) -> Result<(GpuRange, u64, u32)> {
         let info = self.open.ctx.info(handle)?;
-        let mapped = self.open.ctx.is_mapped(handle)?;
+        let mapped = files::is_mapped(&self.open.ctx, handle)?;
         let extra = self.extra.lock();
         let x = extra.get(&handle).ok_or(EINVAL)?;
         let ty = if mapped {
@@ -405,7 +405,7 @@ impl GdrdrvFile {
             return Err(EINVAL);
         }
         let info = self.open.ctx.info(r.handle)?;
-        if self.open.ctx.is_mapped(r.handle)? {
+        if files::is_mapped(&self.open.ctx, r.handle)? {
             return Err(EBUSY);
         }
         match ty {

@@ -59,7 +59,7 @@
 //!    that driver's own locks there).
 //! 4. `Pinned::state` (spinlock, [`nv_p2p`]): one pin's phase and readers;
 //!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers; `Mappings::state`
-//!    (spinlock, [`cache`]): a handle's mappings and their faults; `Events::queue` (spinlock,
+//!    (spinlock, [`files`]): a handle's mappings and their faults; `Events::queue` (spinlock,
 //!    [`events`]): a context's events; `ExportState::state` (spinlock, [`export`]): a
 //!    dma-buf's revocation and its importers' mappings. Never held together, never held across a call out of
 //!    gdrpeer, never held while sleeping (the waits for a notifier in progress and for faults

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! How the engine tells front-ends that NVIDIA freed a region: the [`Notifier`] they
-//! register on it, and the lockdep class and time limit every notification runs under
-//! ([`as_invalidate`], [`might_wait_for_invalidate`]).
+//! How the engine tells front-ends of the ends of what they use: that NVIDIA freed a region
+//! (the [`Notifier`] they register on it, and the lockdep class and time limit every
+//! notification runs under, [`as_invalidate`], [`might_wait_for_invalidate`]), and that a
+//! handle was unpinned (the [`HandleUse`] they attach to it).
 
 use kernel::{
     prelude::*,
@@ -19,6 +20,20 @@ use crate::{params, sys::InvalidateClass};
 pub(crate) trait Notifier: Send + Sync {
     /// The region's memory is being freed: stop using its addresses before returning.
     fn notify(&self);
+}
+
+/// What a front-end attaches to a handle to use it beyond the engine's calls (the CPU
+/// mappings of `/dev/gdrpeer` and `/dev/gdrdrv`): unpinning the handle ends it, under the
+/// context's lock, before the handle's region may be released
+/// ([`Context::unpin`](crate::cache::Context::unpin)).
+pub(crate) trait HandleUse: Send + Sync {
+    /// The handle is being unpinned: no new use may begin, and the uses in progress are done
+    /// on return. Runs under the context's lock (lock 1), so it may wait only for what never
+    /// waits for the engine.
+    fn end(&self);
+
+    /// Whether the handle is in use now. Called under the context's lock.
+    fn busy(&self) -> bool;
 }
 
 /// Runs `f`, a stop of peers' use of freed memory in NVIDIA's free callback, under the

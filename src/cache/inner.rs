@@ -52,17 +52,17 @@ pub(super) struct Book {
     pub(super) accounted: bool,
     /// Whether it was left for NVIDIA's callback by a close in another process.
     pub(super) deferred: bool,
-    /// dma-bufs exported from it ([`Context::export`]), each also counted in `refs`. They
-    /// keep it pinned after the context closes.
-    pub(super) exports: u64,
+    /// Kept references on it ([`Context::keep_handle`](super::Context::keep_handle)), each
+    /// also counted in `refs`. They keep it pinned after the context closes.
+    pub(super) kept: u64,
 }
 
 /// At close: drops a handle's reference on its region and releases the region unless a
-/// dma-buf holds it.
+/// kept reference holds it.
 pub(super) fn region_put_handle(inner: &mut Inner, region: &Arc<Region>) {
     let book = region.book.access_mut(inner);
     book.refs -= 1;
-    if book.exports == 0 {
+    if book.kept == 0 {
         inner.release(region);
     }
 }
@@ -145,8 +145,8 @@ impl Inner {
     }
 
     /// Caches a region just pinned in place of every region it overlaps: those are taken out,
-    /// and given back unless a handle or a dma-buf holds them. On failure the region is given
-    /// back.
+    /// and given back unless a handle or a kept reference holds them. On failure the region
+    /// is given back.
     pub(super) fn replace(&mut self, region: &Arc<Region>) -> Result {
         let replaced = match self.overlapping(region.pinned.kind(), region.pinned.range()) {
             Ok(replaced) => replaced,

@@ -142,7 +142,7 @@ impl Region {
                         in_tree: false,
                         accounted: false,
                         deferred: false,
-                        exports: 0,
+                        kept: 0,
                     }
                 ),
                 notifiers <- new_spinlock!(

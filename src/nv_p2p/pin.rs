@@ -11,7 +11,11 @@ use kernel::{
     new_condvar, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{aref::ARef, Arc, CondVar, SpinLock},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc, CondVar, SpinLock,
+    },
     task::Task,
     time::{delay::fsleep, Delta, Instant, Monotonic},
     types::Opaque,
@@ -318,6 +322,10 @@ unsafe impl Send for Pinned {}
 // admitted), the table is dereferenced only under the access protocol of the type invariants,
 // and NVIDIA's tables may be used from any thread.
 unsafe impl Sync for Pinned {}
+
+/// Pins dropped with their table still pinned: the reports of the drop check (`PinnedDrop`),
+/// counted for its KUnit suite `gdrpeer_pin`.
+static DROPPED_PINNED: Atomic<u64> = Atomic::new(0);
 
 /// How long the free callback waits for readers before it warns that they are slow.
 const REVOKE_WAIT: Delta = Delta::from_millis(100);
@@ -931,6 +939,7 @@ impl PinnedDrop for Pinned {
         // (pr_err, not warn_on!: the stock kernels' prepared headers lack the generated
         // assembly warn_on! includes.)
         if self.state.lock().table.is_some() {
+            DROPPED_PINNED.add(1, Relaxed);
             pr_err!(
                 "pin {:#x}+{:#x} dropped with its table still pinned\n",
                 self.range.start(),
@@ -996,4 +1005,49 @@ unsafe extern "C" fn free_callback<T: PinOwner>(data: *mut c_void) {
     let owner = unsafe { Arc::from_raw(data.cast::<T>()) };
     Pinned::revoke(&*owner);
     T::revoked(owner);
+}
+
+#[kernel::prelude::kunit_tests(gdrpeer_pin)]
+mod tests {
+    use super::*;
+    use crate::range::GPU_PAGE_SIZE;
+
+    /// Drops a persistent pin of one GPU page that never called NVIDIA, holding a table in
+    /// its state when `pinned` (as after a put_pages_persistent that failed): the drop check's
+    /// reports it made.
+    fn reports_at_drop(pinned: bool) -> Result<u64> {
+        let own_gate = KBox::pin_init(Gate::new(), GFP_KERNEL)?;
+        // SAFETY: the pin below, the only user of this reference, is dropped before
+        // `own_gate`, and never enters the gate (get_pages and unpin do, and it calls neither).
+        let gate: &'static Gate = unsafe { &*core::ptr::from_ref::<Gate>(&*own_gate) };
+        let own_iovas = KBox::pin_init(Iovas::new(), GFP_KERNEL)?;
+        // SAFETY: the pin below, the only user of this reference, is dropped before
+        // `own_iovas`, and never maps (dma_map does, and it is not called).
+        let iovas: &'static Iovas = unsafe { &*core::ptr::from_ref::<Iovas>(&*own_iovas) };
+        let range = GpuRange::new(0, GPU_PAGE_SIZE, u64::MAX)?;
+        let pin = KBox::pin_init(
+            Pinned::new(range, PinKind::Persistent, Tokens::default(), gate, iovas),
+            GFP_KERNEL,
+        )?;
+        if pinned {
+            // INVARIANT: not a table NVIDIA wrote, and never read: the pin is dropped at once,
+            // and its drop check only asks whether a table is held.
+            pin.state.lock().table = Some(Table(NonNull::dangling()));
+        }
+        let before = DROPPED_PINNED.load(Relaxed);
+        drop(pin);
+        Ok(DROPPED_PINNED.load(Relaxed) - before)
+    }
+
+    #[test]
+    fn a_pin_dropped_with_its_table_is_reported() -> Result {
+        assert_eq!(reports_at_drop(true)?, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_pin_dropped_without_a_table_is_not() -> Result {
+        assert_eq!(reports_at_drop(false)?, 0);
+        Ok(())
+    }
 }

@@ -336,6 +336,7 @@ run_plan() {
 	kunit_results gdrpeer_handles
 	kunit_results gdrpeer_gate
 	kunit_results gdrpeer_export
+	kunit_results gdrpeer_pin
 	t nvsim-binds-ivshmem test_nvsim_binds_ivshmem
 	t gdrpeer-get-version test_get_version
 	t cli-gdrdrv-info test_cli_gdrdrv_info

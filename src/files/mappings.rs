@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CPU mappings of a handle ([`Mappings`]), which unpinning the handle ends.
+//! The CPU mappings of a handle ([`Mappings`]), which unpinning the handle ends: the use the
+//! file front-ends attach to a handle ([`HandleUse`]).
 
 use kernel::{
     new_condvar, new_spinlock,
@@ -8,32 +9,38 @@ use kernel::{
     sync::{Arc, CondVar, SpinLock},
 };
 
+use crate::{
+    cache::{Context, Region},
+    notify::HandleUse,
+    range::GpuRange,
+};
+
 /// The CPU mappings of one handle, and the faults in progress in them.
 ///
 /// Faults enter ([`Mappings::enter`]) while the handle lives. Unpinning the handle ends them
-/// ([`Mappings::end`]): no fault enters after, the faults inside are waited for, and then the
+/// ([`HandleUse::end`]): no fault enters after, the faults inside are waited for, and then the
 /// front-end zaps the mappings, so that no page-table entry survives the handle. A fault
 /// inserts one page-table entry and waits for nothing of the engine's, so the wait is short.
 #[pin_data]
 pub(crate) struct Mappings {
     #[pin]
-    pub(super) state: SpinLock<MappingsState>,
+    state: SpinLock<MappingsState>,
     /// Signalled when a fault leaves.
     #[pin]
-    pub(super) left: CondVar,
+    left: CondVar,
 }
 
-pub(super) struct MappingsState {
+struct MappingsState {
     /// Live mappings (what one mmap made, however many vmas it became).
-    pub(super) live: u64,
+    live: u64,
     /// Faults inside.
-    pub(super) faults: u32,
+    faults: u32,
     /// The handle was unpinned: faults get SIGBUS.
-    pub(super) ended: bool,
+    ended: bool,
 }
 
 impl Mappings {
-    pub(super) fn new() -> Result<Arc<Self>> {
+    fn new() -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Mappings {
                 state <- new_spinlock!(
@@ -48,6 +55,20 @@ impl Mappings {
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// Notes a new CPU mapping of a handle, put with [`Mappings::put`]: its faults enter and
+    /// leave the returned [`Mappings`] (the handle's, made on its first mapping), which
+    /// unpinning the handle ends. Returns the handle's region and window with it.
+    pub(crate) fn get(ctx: &Context, handle: u64) -> Result<(Arc<Region>, GpuRange, Arc<Self>)> {
+        ctx.attach(handle, |mappings: Option<Arc<Self>>| {
+            let mappings = match mappings {
+                Some(mappings) => mappings,
+                None => Mappings::new()?,
+            };
+            mappings.state.lock().live += 1;
+            Ok(mappings)
+        })
     }
 
     /// A mapping went away (its last vma closed: munmap, exit). Takes only a spinlock: it
@@ -71,13 +92,25 @@ impl Mappings {
         self.state.lock().faults -= 1;
         self.left.notify_all();
     }
+}
 
+impl HandleUse for Mappings {
     /// Ends the mappings: no fault enters any more, and those inside are done on return.
-    pub(super) fn end(&self) {
+    fn end(&self) {
         let mut s = self.state.lock();
         s.ended = true;
         while s.faults > 0 {
             self.left.wait(&mut s);
         }
     }
+
+    /// Whether the handle is mapped now.
+    fn busy(&self) -> bool {
+        self.state.lock().live > 0
+    }
+}
+
+/// Whether a handle is mapped now.
+pub(crate) fn is_mapped(ctx: &Context, handle: u64) -> Result<bool> {
+    ctx.is_busy(handle)
 }
