@@ -601,6 +601,9 @@ impl Pinned {
             None => return Ok(()),
             Some(gpu) => gpu,
         };
+        // First, as the uAPI documents a failed first allocation as -ENOMEM (the arrays'
+        // allocations fall back to vmalloc).
+        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         if !self.iovas.allowed(gpu, peer) {
             self.probe(peer)?;
             self.iovas.allow(gpu, peer)?;
@@ -609,7 +612,6 @@ impl Pinned {
         let mut bus = KVVec::with_capacity(n, GFP_KERNEL)?;
         self.copy_addresses(None, 0, &mut bus)?;
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
-        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         self.iovas.map(peer, &bus, &mut addresses)?;
         let mut s = self.state.lock();
         let lost = match s.phase {
