@@ -91,6 +91,8 @@ pub(crate) struct HandleInfo {
     pub(crate) revoked: bool,
     /// Whether NVIDIA's table says the CPU may cache the pages.
     pub(crate) cpu_cacheable: bool,
+    /// Whether the handle is mapped now (a CPU mapping lives).
+    pub(crate) mapped: bool,
 }
 
 impl Context {
@@ -431,23 +433,18 @@ impl Context {
         Ok((h.region.clone(), h.window, mappings))
     }
 
-    /// Whether a handle is mapped now.
-    pub(crate) fn is_mapped(&self, handle: u64) -> Result<bool> {
+    /// What GET_INFO reports, whether the handle is mapped now included (one lookup).
+    pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
         let inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
-        Ok(h.mappings.as_ref().is_some_and(|m| m.state.lock().live > 0))
-    }
-
-    /// What GET_INFO reports.
-    pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
-        self.with_handle(handle, |region, window| {
-            Ok(HandleInfo {
-                window: *window,
-                region: *region.pinned.range(),
-                kind: region.pinned.kind(),
-                revoked: region.pinned.is_revoked(),
-                cpu_cacheable: region.pinned.cpu_cacheable(),
-            })
+        let region = &h.region;
+        Ok(HandleInfo {
+            window: h.window,
+            region: *region.pinned.range(),
+            kind: region.pinned.kind(),
+            revoked: region.pinned.is_revoked(),
+            cpu_cacheable: region.pinned.cpu_cacheable(),
+            mapped: h.mappings.as_ref().is_some_and(|m| m.state.lock().live > 0),
         })
     }
 
