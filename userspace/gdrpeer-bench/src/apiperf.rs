@@ -130,7 +130,7 @@ pub fn run(
             ops.push(op(
                 &key(cached, r.bytes),
                 &format!(
-                    "gdrcopy apiperf loop (pin, map, info, unmap, unpin), {} ({})",
+                    "gdrdrv apiperf loop (pin..unpin), {} ({})",
                     if cached { "cached" } else { "NOCACHE" },
                     crate::mapping::size_label(len)
                 ),

@@ -624,13 +624,13 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "\n{:<58} {:>8} {:>12} {:>12}",
+            "\n{:<66} {:>8} {:>12} {:>12}",
             "operation", "reps", "median us", "p99 us"
         );
         for o in &self.ops {
             let _ = writeln!(
                 s,
-                "{:<58} {:>8} {:>12} {:>12}",
+                "{:<66} {:>8} {:>12} {:>12}",
                 o.what,
                 o.latency.reps,
                 measured(&o.latency, o.latency.median_ns),
