@@ -1106,6 +1106,9 @@ mod tests {
     fn old_runs_render() {
         for text in [
             include_str!("../../../Documentation/dev/perf/bench.json"),
+            include_str!("../../../Documentation/dev/perf/bench-b7c6aa2.json"),
+            include_str!("../../../Documentation/dev/perf/bench-c5674e6.json"),
+            include_str!("../../../Documentation/dev/perf/bench-9c99097.json"),
             include_str!("../../../Documentation/dev/perf/bench-mapping.json"),
             include_str!("../../../Documentation/dev/perf/bench-dmabuf.json"),
             include_str!("../../../Documentation/dev/perf/bench-2787d1b.json"),
