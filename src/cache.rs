@@ -100,6 +100,9 @@ pub(crate) struct HandleInfo {
     pub(crate) revoked: bool,
     /// Whether NVIDIA's table says the CPU may cache the pages.
     pub(crate) cpu_cacheable: bool,
+    /// Whether a front-end's use of the handle ([`Context::attach`]) says it is busy now (for
+    /// the file front-ends, a CPU mapping lives).
+    pub(crate) busy: bool,
 }
 
 impl Context {
@@ -447,24 +450,19 @@ impl Context {
         Ok((h.region.clone(), h.window, used))
     }
 
-    /// Whether a front-end's use of a handle ([`Context::attach`]) says it is busy now; false
-    /// for a handle without one.
-    pub(crate) fn is_busy(&self, handle: u64) -> Result<bool> {
+    /// What GET_INFO reports, whether a front-end's use says the handle is busy included (one
+    /// lookup).
+    pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
         let inner = self.inner.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
-        Ok(h.used.as_ref().is_some_and(|used| used.ops.busy()))
-    }
-
-    /// What GET_INFO reports.
-    pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
-        self.with_handle(handle, |region, window| {
-            Ok(HandleInfo {
-                window: *window,
-                region: *region.pinned.range(),
-                kind: region.pinned.kind(),
-                revoked: region.pinned.is_revoked(),
-                cpu_cacheable: region.pinned.cpu_cacheable(),
-            })
+        let region = &h.region;
+        Ok(HandleInfo {
+            window: h.window,
+            region: *region.pinned.range(),
+            kind: region.pinned.kind(),
+            revoked: region.pinned.is_revoked(),
+            cpu_cacheable: region.pinned.cpu_cacheable(),
+            busy: h.used.as_ref().is_some_and(|used| used.ops.busy()),
         })
     }
 

@@ -34,7 +34,6 @@ use crate::{
 
 mod mappings;
 
-pub(crate) use mappings::is_mapped;
 use mappings::Mappings;
 
 /// What every open file of a front-end device holds: a context of the opening process, with

@@ -185,6 +185,8 @@ struct Extra {
     mapped_type: u32,
     /// How long the pin took, in nanoseconds.
     pin_ns: u64,
+    /// The window's length in pages (`PAGE_SIZE`): the file offsets its mappings lie in.
+    pages: usize,
 }
 
 /// The state of one open file of `/dev/gdrdrv`.
@@ -225,7 +227,7 @@ impl MiscDevice for GdrdrvFile {
         let info = ctx.info(handle)?;
         // mmap runs under the caller's mmap_lock, and only the opener may map: no other
         // mapping of the handle can be made between this check and the install.
-        if files::is_mapped(ctx, handle)? || info.revoked || info.window.offset() != 0 {
+        if info.busy || info.revoked || info.window.offset() != 0 {
             return Err(EINVAL);
         }
         let asked = me.extra.lock().get(&handle).ok_or(EINVAL)?.mapping_type;
@@ -355,6 +357,7 @@ impl GdrdrvFile {
                     mapping_type: abi::GDRDRV_MAPPING_TYPE_NONE,
                     mapped_type: abi::GDRDRV_MAPPING_TYPE_NONE,
                     pin_ns,
+                    pages: (info.window.len() >> PAGE_SHIFT) as usize,
                 },
                 GFP_KERNEL,
             )
@@ -366,16 +369,14 @@ impl GdrdrvFile {
     }
 
     /// UNPIN_BUFFER: ends and zaps the handle's mappings, then drops it (lazily: its region
-    /// stays cached).
+    /// stays cached). A handle has its [`Extra`] from its PIN's return to its UNPIN, so one
+    /// without is unknown (-EINVAL): the engine is asked only once, to unpin it.
     fn unpin(&self, file: &File, handle: u64) -> Result {
-        let pages = self.open.ctx.info(handle)?.window.len() >> PAGE_SHIFT;
+        let pages = self.extra.lock().remove(&handle).ok_or(EINVAL)?.pages;
         // The handle's offsets: only its mappings lie there.
-        let (base, pages) = (handle as usize, pages as usize);
         self.open
             .ctx
-            .unpin(handle, || files::unmap_handle(file, base, pages))?;
-        self.extra.lock().remove(&handle);
-        Ok(())
+            .unpin(handle, || files::unmap_handle(file, handle as usize, pages))
     }
 
     /// GET_INFO(_V2): the window, the pin time and the mapping type: NONE while the handle
@@ -383,10 +384,9 @@ impl GdrdrvFile {
     /// derives from it).
     fn info(&self, handle: u64) -> Result<(GpuRange, u64, u32)> {
         let info = self.open.ctx.info(handle)?;
-        let mapped = files::is_mapped(&self.open.ctx, handle)?;
         let extra = self.extra.lock();
         let x = extra.get(&handle).ok_or(EINVAL)?;
-        let ty = if mapped {
+        let ty = if info.busy {
             x.mapped_type
         } else {
             abi::GDRDRV_MAPPING_TYPE_NONE
@@ -405,7 +405,7 @@ impl GdrdrvFile {
             return Err(EINVAL);
         }
         let info = self.open.ctx.info(r.handle)?;
-        if files::is_mapped(&self.open.ctx, r.handle)? {
+        if info.busy {
             return Err(EBUSY);
         }
         match ty {

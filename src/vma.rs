@@ -188,10 +188,13 @@ pub(crate) fn install<T: PfnMapper>(vma: &VmaNew, caching: Caching, mapper: Arc<
 ///
 /// # Invariants
 ///
-/// The first `reserved` of `runs` (physical address, length) were reserved by this; each is
-/// freed once, on drop.
+/// The first `reserved` of the runs (physical address, length), `first` then `more`, were
+/// reserved by this; each is freed once, on drop.
 pub(crate) struct WcReservation {
-    runs: KVVec<(u64, u64)>,
+    /// The first run, kept inline: a window of contiguous BAR pages, the usual one, is one
+    /// run and needs no allocation.
+    first: Option<(u64, u64)>,
+    more: KVVec<(u64, u64)>,
     reserved: usize,
 }
 
@@ -200,27 +203,44 @@ impl WcReservation {
     /// addresses `pages`, contiguous runs at once. -EBUSY where a memory type that
     /// write-combining cannot share (write-back) is reserved for one of them.
     pub(crate) fn new(pages: &[u64], page_size: u64) -> Result<Self> {
-        let mut runs = KVVec::<(u64, u64)>::new();
+        let (mut first, mut more) = (None::<(u64, u64)>, KVVec::<(u64, u64)>::new());
         for &page in pages {
-            match runs.last_mut() {
-                Some((start, len)) if *start + *len == page => *len += page_size,
-                _ => runs.push((page, page_size), GFP_KERNEL)?,
+            if let Some((start, len)) = more.last_mut().or(first.as_mut()) {
+                if *start + *len == page {
+                    *len += page_size;
+                    continue;
+                }
+            }
+            if first.is_none() {
+                first = Some((page, page_size));
+            } else {
+                more.push((page, page_size), GFP_KERNEL)?;
             }
         }
         // INVARIANT: `reserved` counts the runs reserved below; a failure frees them on drop.
-        let mut this = WcReservation { runs, reserved: 0 };
-        for &(start, len) in this.runs.iter() {
+        let mut this = WcReservation {
+            first,
+            more,
+            reserved: 0,
+        };
+        let runs = Iterator::chain(this.first.iter(), this.more.iter());
+        for &(start, len) in runs {
             // SAFETY: any physical range may be asked for; the reservation is ours.
             to_result(unsafe { helpers::gdrpeer_io_reserve_wc(start, len) })?;
             this.reserved += 1;
         }
         Ok(this)
     }
+
+    /// The runs, in order.
+    fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        Iterator::chain(self.first.into_iter(), self.more.iter().copied())
+    }
 }
 
 impl Drop for WcReservation {
     fn drop(&mut self) {
-        for &(start, len) in &self.runs[..self.reserved] {
+        for (start, len) in self.runs().take(self.reserved) {
             // SAFETY: reserved by `new` and freed once (type invariant).
             unsafe { helpers::gdrpeer_io_free_wc(start, len) };
         }

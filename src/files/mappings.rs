@@ -109,8 +109,3 @@ impl HandleUse for Mappings {
         self.state.lock().live > 0
     }
 }
-
-/// Whether a handle is mapped now.
-pub(crate) fn is_mapped(ctx: &Context, handle: u64) -> Result<bool> {
-    ctx.is_busy(handle)
-}

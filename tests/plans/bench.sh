@@ -7,7 +7,15 @@
 
 bench() {
 	grep -E '^(bar1_size|gpu_pages) ' /sys/kernel/debug/nvsim/stats 2>/dev/null
-	bench_run $(cat $GDRPEER/plan.args) || return 1
+	# The kernel-API hit without the mapping cache, where gdrpeer can drop it
+	# (dma_map_keep=0); n/a otherwise.
+	if gdrpeer_knows_param dma_map_keep; then
+		bench_nic_hit_nokeep /tmp/bench-nokeep.json || return 1
+		bench_run $(cat $GDRPEER/plan.args) --no-mapping-cache /tmp/bench-nokeep.json || return 1
+	else
+		bench_run $(cat $GDRPEER/plan.args) \
+			--no-mapping-cache-skipped "gdrpeer.ko has no dma_map_keep parameter" || return 1
+	fi
 	echo "bench-json: $(cat /tmp/bench.json)"
 }
 

@@ -55,6 +55,29 @@ kapi_fuzz_run() {
 	return $rc
 }
 
+# gdrpeer_knows_param NAME: whether the staged gdrpeer.ko has the module
+# parameter NAME (its .modinfo's parmtype=NAME:..., what modinfo -p reads; the
+# guest has no modules.dep for busybox's modinfo), or the loaded one shows it
+# (sysfs, debugfs params). A module ignores a parameter it does not know.
+gdrpeer_knows_param() {
+	grep -aq "parmtype=$1:" $GDRPEER/modules/gdrpeer.ko ||
+		[ -e /sys/module/gdrpeer/parameters/$1 ] ||
+		grep -q "^$1 " /sys/kernel/debug/gdrpeer/params 2>/dev/null
+}
+
+# bench_nic_hit_nokeep JSON: the NIC's kernel-API hit without the mapping cache
+# (gdrpeer loaded with dma_map_keep=0), gdrpeer-bench nic-hit writing JSON.
+bench_nic_hit_nokeep() {
+	unload_nv_stack
+	load $GDRPEER/modules/nvsim.ko &&
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 invalidate_warn_ms=1000 dma_map_keep=0 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load (dma_map_keep=0)"
+	gdrpeer-bench nic-hit --json "$1"
+	rc=$?
+	unload_nv_stack
+	return $rc
+}
+
 # bench_run ARGS...: nvsim with its default pin cost, gdrpeer with no region
 # limit (the cache keeps every region the benchmark pins) and the sample NIC
 # (the importer of the dma-buf measurements; invalidate_warn_ms as for the

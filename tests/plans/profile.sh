@@ -4,9 +4,11 @@
 # kernel, while it repeats a PIN hit and its UNPIN, then the null ioctl for
 # comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
 # through nvsim), then cuMemFree of a pinned buffer (NVIDIA's free callback)
-# and of one nobody pinned, and prints the symbols above 0.5% of the samples. Arguments
-# (tests/vm/run ... profile ARGS): repetitions of each loop, 200000 by
-# default.
+# and of one nobody pinned, then gdrcopy's apiperf loop through /dev/gdrdrv
+# (pin, map, get_info, unmap, unpin, cached), and prints the symbols above 0.5%
+# of the samples. Arguments (tests/vm/run ... profile ARGS): repetitions of each
+# loop, 200000 by default, then optionally the loops to run (all by default),
+# e.g. `20000 apiperf`.
 
 . $GDRPEER/plans/lib-load.sh
 
@@ -35,8 +37,10 @@ profile_loop() {
 }
 
 profile() {
-	reps=$(cat $GDRPEER/plan.args)
-	reps=${reps:-200000}
+	set -- $(cat $GDRPEER/plan.args)
+	reps=${1:-200000}
+	[ $# -gt 0 ] && shift
+	loops=${*:-hit null miss inval free apiperf}
 	export HOME=/tmp
 	# Whole-page CUDA allocations, as make bench makes them (lib-load.sh).
 	export LIBCUDA_SIM_SUBALLOC=0
@@ -45,11 +49,17 @@ profile() {
 	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko &&
 		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
-	# A miss sleeps in nvsim's pin cost (samples count only time on a CPU).
-	profile_loop hit "$reps" && profile_loop null "$reps" &&
-		profile_loop miss $((reps / 50)) &&
-		profile_loop inval $((reps / 50)) && profile_loop free $((reps / 50))
-	rc=$?
+	# A miss sleeps in nvsim's pin cost (samples count only time on a CPU); the
+	# apiperf loop is a mapping and an unmapping too.
+	rc=0
+	for op in $loops; do
+		case $op in
+		hit | null) n=$reps ;;
+		apiperf) n=$((reps / 10)) ;;
+		*) n=$((reps / 50)) ;;
+		esac
+		profile_loop $op $n || { rc=1; break; }
+	done
 	unload_nv_stack
 	return $rc
 }

@@ -20,6 +20,8 @@ const K64: u64 = 1 << 16;
 type Calls = [u64; 3];
 const NONE: Calls = [0, 0, 0];
 const IMPORT: Calls = [0, 0, 1];
+/// A kernel-API hit without the mapping cache (`dma_map_keep=0`): REG maps, DEREG unmaps.
+const MAP_ONLY: Calls = [0, 1, 0];
 const PIN_AND_IMPORT: Calls = [1, 1, 1];
 
 fn calls() -> Result<Calls, String> {
@@ -67,6 +69,16 @@ fn own_page(cuda: &Cuda) -> Result<u64, String> {
     c(cuda.mem_alloc(nvsim::POOL_BLOCK as usize))
 }
 
+/// The time of the NIC's REG + DEREG of 64 KiB at `buf`: gdrpeer_mr_pin() and
+/// gdrpeer_mr_unpin() in the NIC's context.
+fn reg_dereg(nic: &Nic, buf: u64) -> Result<Duration, String> {
+    Ok(timed(|| {
+        let mr = n(nic.reg(buf, K64), "REG")?;
+        n(nic.dereg(mr.handle), "DEREG")
+    })?
+    .1)
+}
+
 /// The measurements, on `nic` and a file of gdrpeer's of their own.
 fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<(), String> {
     let dev = g(Device::open_default(), "open")?;
@@ -85,13 +97,7 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
 
     // The NIC's own registration, gdrpeer_mr_pin() in the NIC's context: a hit once the
     // first one has pinned the region and DMA-mapped it for the NIC.
-    let nic_reg = || {
-        Ok(timed(|| {
-            let mr = n(nic.reg(hit_buf, K64), "REG")?;
-            n(nic.dereg(mr.handle), "DEREG")
-        })?
-        .1)
-    };
+    let nic_reg = || reg_dereg(nic, hit_buf);
     nic_reg()?;
     ops.push(checked(
         "nic_reg_hit",
@@ -100,6 +106,15 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
         NONE,
         nic_reg,
     )?);
+    // The same without the mapping cache: measured by `nic-hit` with gdrpeer reloaded.
+    ops.push(match &cfg.no_mapping_cache {
+        Ok(o) => o.clone(),
+        Err(_) => Op {
+            key: NO_MAPPING_CACHE_KEY.into(),
+            what: NO_MAPPING_CACHE.into(),
+            latency: Default::default(),
+        },
+    });
 
     // A handle on a region cached in `dev`'s context, exported again and again; the first
     // attach DMA-maps the region for the NIC, and the region keeps that mapping.
@@ -189,12 +204,41 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
     c(cuda.mem_free(miss_buf))
 }
 
+/// The key and the words of the kernel-API hit without the mapping cache.
+const NO_MAPPING_CACHE_KEY: &str = "nic_reg_hit_nokeep";
+const NO_MAPPING_CACHE: &str = "NIC REG + DEREG, kernel API, cache hit, no mapping cache (64 KiB)";
+
+/// `gdrpeer-bench nic-hit`: the NIC's REG + DEREG of a cached region with gdrpeer loaded with
+/// `dma_map_keep=0`, where each REG DMA-maps the region for the NIC and each DEREG unmaps it
+/// (checked: one DMA mapping a repetition, no pin).
+pub fn no_mapping_cache(cfg_reps: usize) -> Result<Op, String> {
+    let cuda = Cuda::load().map_err(|e| format!("{e} (the benchmarks need a CUDA driver)"))?;
+    let nic = n(Nic::open(), "/dev/gdrnic")?;
+    let buf = own_page(&cuda)?;
+    let nic_reg = || reg_dereg(&nic, buf);
+    nic_reg()?;
+    let o = checked(
+        NO_MAPPING_CACHE_KEY,
+        NO_MAPPING_CACHE,
+        cfg_reps,
+        MAP_ONLY,
+        nic_reg,
+    )?;
+    c(cuda.mem_free(buf))?;
+    Ok(o)
+}
+
 /// The dma-buf and NIC registration measurements. Without `/dev/gdrnic` (gdrnic.ko not
 /// loaded), says so in `skipped`.
 pub fn run(cuda: &Cuda, cfg: &Config, skipped: &mut Vec<String>) -> Result<Vec<Op>, String> {
     let mut ops = Vec::new();
     match Nic::open() {
-        Ok(nic) => measure(&nic, cuda, cfg, &mut ops)?,
+        Ok(nic) => {
+            measure(&nic, cuda, cfg, &mut ops)?;
+            if let Err(why) = &cfg.no_mapping_cache {
+                skipped.push(format!("{NO_MAPPING_CACHE}: {why}"));
+            }
+        }
         Err(e) => skipped.push(format!(
             "dma-buf and NIC registrations: /dev/gdrnic: {e}{}",
             if e == Errno::NOENT {

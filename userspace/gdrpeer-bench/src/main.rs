@@ -8,6 +8,7 @@
 //! figures as JSON; without a CUDA driver library it exits with status 3. `gdrpeer-bench render`
 //! turns that JSON, on the host, into the table, an rst version of it and the plot.
 
+mod apiperf;
 mod dmabuf;
 mod mapping;
 mod measure;
@@ -49,6 +50,23 @@ enum Cmd {
         /// Where to write the figures as JSON.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// The NIC's kernel-API hit without the mapping cache, as `nic-hit` wrote it (the
+        /// bench plan runs it first, with gdrpeer loaded with dma_map_keep=0).
+        #[arg(long, conflicts_with = "no_mapping_cache_skipped")]
+        no_mapping_cache: Option<PathBuf>,
+        /// Why the hit without the mapping cache was not measured (shown as n/a).
+        #[arg(long)]
+        no_mapping_cache_skipped: Option<String>,
+    },
+    /// The NIC's REG + DEREG hit alone (gdrpeer loaded with dma_map_keep=0: no mapping
+    /// cache), written as JSON for `run --no-mapping-cache`.
+    NicHit {
+        /// Repetitions.
+        #[arg(long, default_value_t = 5000)]
+        reps: usize,
+        /// Where to write the figure.
+        #[arg(long)]
+        json: PathBuf,
     },
     /// Repeat one operation, for a profiler to sample (`make profile`).
     Loop {
@@ -82,12 +100,19 @@ fn main() -> ExitCode {
             sizes,
             seed,
             json,
-        } => match measure::run(&measure::Config {
-            reps,
-            slow_reps,
-            sizes,
-            seed,
-        }) {
+            no_mapping_cache,
+            no_mapping_cache_skipped,
+        } => match no_mapping_cache_op(no_mapping_cache, no_mapping_cache_skipped)
+            .map_err(measure::Failure::Other)
+            .and_then(|no_mapping_cache| {
+                measure::run(&measure::Config {
+                    reps,
+                    slow_reps,
+                    sizes,
+                    seed,
+                    no_mapping_cache,
+                })
+            }) {
             Err(measure::Failure::NoCuda(e)) => {
                 eprintln!("gdrpeer-bench: {e} (the benchmarks need a CUDA driver)");
                 return ExitCode::from(NO_CUDA);
@@ -101,6 +126,10 @@ fn main() -> ExitCode {
                 Some(path) => write_json(&r, &path),
                 None => Ok(()),
             }
+        }),
+        Cmd::NicHit { reps, json } => dmabuf::no_mapping_cache(reps).and_then(|o| {
+            let text = serde_json::to_string(&o).map_err(|e| e.to_string())?;
+            std::fs::write(&json, text + "\n").map_err(|e| format!("{}: {e}", json.display()))
         }),
         Cmd::Loop { op, reps } => match profile::run(op, reps) {
             Err(measure::Failure::NoCuda(e)) => {
@@ -128,6 +157,27 @@ fn main() -> ExitCode {
             eprintln!("gdrpeer-bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The hit without the mapping cache that `run` reports: read from `nic-hit`'s JSON, or why
+/// there is none.
+fn no_mapping_cache_op(
+    path: Option<PathBuf>,
+    skipped: Option<String>,
+) -> Result<Result<report::Op, String>, String> {
+    match path {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            serde_json::from_str(&text)
+                .map(Ok)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+        None => Ok(Err(skipped.unwrap_or_else(|| {
+            "not measured (the bench plan measures it with gdrpeer loaded with dma_map_keep=0)"
+                .into()
+        }))),
     }
 }
 

@@ -6,7 +6,7 @@
 //! `/dev/gdrdrv`, cached and with `GDRDRV_PIN_FLAG_GDRPEER_NOCACHE`.
 
 use crate::measure::{c, g, nv_series, op, series, timed, Config};
-use crate::report::{CopyPoint, Latency, NvCost, Op};
+use crate::report::{ApiPerf, CopyPoint, Latency, NvCost, Op};
 use gdrpeer::{
     cuda::Cuda,
     gdrdrv::{self, Gdrdrv},
@@ -28,7 +28,7 @@ fn touch(m: &Mapping) {
 }
 
 /// The size as a label: 64 KiB, 1 MiB, 7 B.
-fn size_label(n: usize) -> String {
+pub fn size_label(n: usize) -> String {
     match n {
         n if n >= K * K && n % (K * K) == 0 => format!("{} MiB", n / (K * K)),
         n if n >= K && n % K == 0 => format!("{} KiB", n / K),
@@ -214,9 +214,10 @@ fn gdrdrv_pins(
     c(cuda.mem_free(b))
 }
 
-/// Everything above: the operations (mapping latency, gdrdrv) into `ops`, nvsim's cost in
-/// gdrdrv's misses into `nv_costs`; returns the copy sweep. Without `/dev/gdrdrv`, says so
-/// in `skipped`.
+/// Everything above and gdrcopy's apiperf loop ([`crate::apiperf`]): the operations
+/// (mapping latency, gdrdrv) into `ops`, nvsim's cost in gdrdrv's misses into `nv_costs`;
+/// returns the copy sweep and the apiperf loop's phases. Without `/dev/gdrdrv`, says so in
+/// `skipped`.
 pub fn run(
     dev: &Device,
     cuda: &Cuda,
@@ -224,17 +225,19 @@ pub fn run(
     ops: &mut Vec<Op>,
     nv_costs: &mut Vec<NvCost>,
     skipped: &mut Vec<String>,
-) -> Result<Vec<CopyPoint>, String> {
+) -> Result<(Vec<CopyPoint>, Vec<ApiPerf>), String> {
     map_latency(dev, cuda, cfg, ops)?;
     let copies = copies(dev, cuda, cfg)?;
+    let mut apiperf = Vec::new();
     match Gdrdrv::open_default() {
         Ok(gd) => {
             gdrdrv_pins(&gd, cuda, cfg, ops, nv_costs)?;
-            gdrdrv_pin_map_unpin(&gd, cuda, cfg, ops)?
+            gdrdrv_pin_map_unpin(&gd, cuda, cfg, ops)?;
+            apiperf = crate::apiperf::run(&gd, cuda, cfg, ops)?;
         }
-        Err(e) => skipped.push(format!("gdrdrv pins: {e}")),
+        Err(e) => skipped.push(format!("gdrdrv pins and the apiperf loop: {e}")),
     }
-    Ok(copies)
+    Ok((copies, apiperf))
 }
 
 /// The bandwidth of `bytes` in `latency`'s median, in MB/s (10^6 bytes a second).

@@ -23,6 +23,9 @@ pub struct Config {
     /// The cache sizes of the scaling measurements.
     pub sizes: Vec<u64>,
     pub seed: u64,
+    /// The NIC's REG + DEREG hit measured with gdrpeer loaded with `dma_map_keep=0`
+    /// (`gdrpeer-bench nic-hit`, run by the bench plan first), or why it was not.
+    pub no_mapping_cache: Result<Op, String>,
 }
 
 /// Runs `op` `WARMUP + reps` times; `op` returns the time of the part it measures.
@@ -381,7 +384,8 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let abi = dev.version().abi_string();
     let (mut ops, mut nv_costs) = single_ops(&dev, &cuda, cfg)?;
     let mut skipped = Vec::new();
-    let copies = crate::mapping::run(&dev, &cuda, cfg, &mut ops, &mut nv_costs, &mut skipped)?;
+    let (copies, apiperf) =
+        crate::mapping::run(&dev, &cuda, cfg, &mut ops, &mut nv_costs, &mut skipped)?;
     ops.extend(crate::dmabuf::run(&cuda, cfg, &mut skipped)?);
     let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
@@ -407,6 +411,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
         close_regions,
         close_ns,
         nv_costs,
+        apiperf,
         targets: Vec::new(),
     };
     report.targets = report.targets();

@@ -4,7 +4,7 @@
 //! it under `perf record` in the benchmark guest). Prints the mean time per repetition.
 
 use crate::measure::{c, g, Failure};
-use gdrpeer::{cuda::Cuda, Device, PinFlags};
+use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
 use std::time::Instant;
 
 const K64: u64 = 1 << 16;
@@ -22,6 +22,9 @@ pub enum LoopOp {
     Inval,
     /// cuMemAlloc of 64 KiB and cuMemFree, nothing pinned: what Inval adds gdrpeer to.
     Free,
+    /// gdrcopy's apiperf loop through /dev/gdrdrv, 64 KiB, cached: PIN_BUFFER_V2 (a hit),
+    /// gdr_map (REQ_MAPPING_TYPE, mmap, GET_INFO_V2), GET_INFO_V2, munmap, UNPIN_BUFFER.
+    Apiperf,
 }
 
 /// Runs `op` `reps` times after a warm-up.
@@ -29,8 +32,20 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     let buf = c(cuda.mem_alloc(K64 as usize))?;
+    let gd = match op {
+        LoopOp::Apiperf => Some(g(Gdrdrv::open_default(), "/dev/gdrdrv")?),
+        _ => None,
+    };
     let once = || -> Result<(), String> {
         match op {
+            LoopOp::Apiperf => {
+                let gd = gd.as_ref().ok_or("no /dev/gdrdrv")?;
+                let h = g(gd.pin_v2(buf, K64, 0), "PIN_BUFFER_V2")?;
+                let (m, _) = g(gd.map(h, K64 as usize), "gdr_map")?;
+                g(gd.info_v2(h), "GET_INFO_V2")?;
+                drop(m);
+                g(gd.unpin(h), "UNPIN_BUFFER")
+            }
             LoopOp::Inval | LoopOp::Free => {
                 let b = c(cuda.mem_alloc(K64 as usize))?;
                 if let LoopOp::Inval = op {
@@ -59,6 +74,7 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     }
     let ns = start.elapsed().as_nanos() / reps.max(1) as u128;
     println!("loop {op:?}: {reps} repetitions, {ns} ns each");
+    drop(gd);
     drop(dev);
     c(cuda.mem_free(buf))?;
     Ok(())

@@ -7,15 +7,18 @@ use crate::mapping::mb_per_s;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
-/// The median and 99th percentile of one operation's latency.
+/// The median, 99th percentile and mean of one operation's latency.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
-    /// Timed repetitions (after a few untimed ones).
+    /// Timed repetitions (after a few untimed ones); 0: not measured.
     pub reps: usize,
     /// Nanoseconds.
     pub median_ns: u64,
     /// Nanoseconds.
     pub p99_ns: u64,
+    /// Nanoseconds (0 in runs older than the apiperf loop, which did not record it).
+    #[serde(default)]
+    pub mean_ns: u64,
 }
 
 impl Latency {
@@ -31,6 +34,7 @@ impl Latency {
             median_ns: samples[n / 2],
             // The smallest sample at or above 99% of them.
             p99_ns: samples[(n * 99).div_ceil(100) - 1],
+            mean_ns: samples.iter().sum::<u64>() / n as u64,
         }
     }
 }
@@ -174,6 +178,25 @@ pub struct CopyPoint {
     pub read: Latency,
 }
 
+/// gdrcopy's apiperf loop through `/dev/gdrdrv` at one size: each iteration PIN_BUFFER_V2,
+/// `gdr_map` (REQ_MAPPING_TYPE, mmap, GET_INFO_V2), GET_INFO_V2, munmap and UNPIN_BUFFER of
+/// the same buffer, each phase timed on its own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApiPerf {
+    /// The buffer's size.
+    pub bytes: u64,
+    /// With the cache (the re-pin a hit, the unpin lazy), or a pin per use
+    /// (`GDRDRV_PIN_FLAG_GDRPEER_NOCACHE`, as gdrdrv).
+    pub cached: bool,
+    pub pin: Latency,
+    pub map: Latency,
+    pub get_info: Latency,
+    pub unmap: Latency,
+    pub unpin: Latency,
+    /// The whole iteration (the sum of its phases).
+    pub total: Latency,
+}
+
 /// A whole run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -200,6 +223,9 @@ pub struct Report {
     /// nvsim's own cost in the series of misses (NOCACHE pin + unpin, 64 KiB).
     #[serde(default)]
     pub nv_costs: Vec<NvCost>,
+    /// gdrcopy's apiperf loop through `/dev/gdrdrv`, per size, cached and NOCACHE.
+    #[serde(default)]
+    pub apiperf: Vec<ApiPerf>,
     /// Issue 21's targets as this run met them (what `targets()` computed in the guest;
     /// `table` and `rst` compute them again from the figures).
     #[serde(default)]
@@ -215,7 +241,11 @@ const TARGET_NOTES: &str = "\
    report region_memory_bytes); P7: gdrnic's REG + DEREG of a cached region, less two
    system calls into gdrnic (its null ioctl: what the kernel API saves a NIC driver), against
    the same pin and release through /dev/gdrpeer (PIN + UNPIN, cached, both syscalls in);
-   P8: the same through /dev/gdrdrv (PIN_BUFFER_V2, no mmap) and dma-buf export)";
+   P7b: P7 with gdrpeer reloaded with dma_map_keep=0 (no DMA mapping kept for the NIC: each
+   REG maps, each DEREG unmaps; n/a from a gdrpeer without the parameter);
+   P8: the same through /dev/gdrdrv (PIN_BUFFER_V2, no mmap) and dma-buf export;
+   P9: gdrcopy's apiperf loop, pin + gdr_map + get_info + unmap + unpin of one buffer,
+   cached against GDRDRV_PIN_FLAG_GDRPEER_NOCACHE (a pin per use, as gdrdrv))";
 
 /// The GPU pages (64 KiB) of each region of the scaling measurements and of P6's target.
 pub const PAGES_PER_REGION: u64 = 1;
@@ -227,6 +257,20 @@ pub const P6_PER_PAGE: u64 = 8;
 fn us(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1000.0)
 }
+
+/// `ns` of `l` in us, or `n/a` where `l` was not measured.
+fn measured(l: &Latency, ns: u64) -> String {
+    if l.reps == 0 {
+        "n/a".into()
+    } else {
+        us(ns)
+    }
+}
+
+/// The apiperf table's header.
+const APIPERF_HEAD: [&str; 9] = [
+    "Size", "Use", "Reps", "pin", "map", "get_info", "unmap", "unpin", "loop",
+];
 
 /// Bytes per region, or `n/a`.
 fn own(b: Option<u64>) -> String {
@@ -250,10 +294,11 @@ fn ratio(a: Option<u64>, b: Option<u64>) -> String {
 }
 
 impl Report {
+    /// The median of the operation `key`; `None` where it was not measured.
     fn op(&self, key: &str) -> Option<u64> {
         self.ops
             .iter()
-            .find(|o| o.key == key)
+            .find(|o| o.key == key && o.latency.reps > 0)
             .map(|o| o.latency.median_ns)
     }
 
@@ -280,7 +325,7 @@ impl Report {
         let own = self.scaling.iter().filter_map(|p| p.own_per_region).max();
         // gdrnic's REG + DEREG less its two system calls: what a NIC driver's own call of
         // gdrpeer_mr_pin() and gdrpeer_mr_unpin() costs (gdrnic's own bookkeeping stays in).
-        let kapi = match (op("nic_reg_hit"), op("nic_null")) {
+        let kapi = |key: &str| match (op(key), op("nic_null")) {
             (Some(reg), Some(null)) => Some(reg.saturating_sub(2 * null)),
             _ => None,
         };
@@ -341,9 +386,16 @@ impl Report {
             Target::new(
                 "P7",
                 "kernel-API hit (REG + DEREG less 2 null ioctls) / PIN + UNPIN hit".into(),
-                quotient(kapi, op("reuse_cached_64k")),
+                quotient(kapi("nic_reg_hit"), op("reuse_cached_64k")),
                 "x",
                 AtMost(0.5),
+            ),
+            Target::new(
+                "P7b",
+                "P7 without the mapping cache (gdrpeer loaded with dma_map_keep=0)".into(),
+                quotient(kapi("nic_reg_hit_nokeep"), op("reuse_cached_64k")),
+                "x",
+                Reported,
             ),
             Target::new(
                 "P8a",
@@ -386,9 +438,19 @@ impl Report {
                 "x",
                 Reported,
             ),
+            Target::new(
+                "P9",
+                "gdrdrv apiperf loop, 64 KiB: cached / pin-per-use (NOCACHE)".into(),
+                quotient(op("apiperf_cached_64kib"), op("apiperf_nocache_64kib")),
+                "x",
+                AtMost(0.2),
+            ),
         ];
-        t[5].target = format!("<= {p6} B ({P6_BASE} + {P6_PER_PAGE}/page)");
+        if let Some(r) = t.iter_mut().find(|x| x.id == "P6") {
+            r.target = format!("<= {p6} B ({P6_BASE} + {P6_PER_PAGE}/page)");
+        }
         for (row, like) in [
+            ("P7b", "P7"),
             ("P8a", "P1"),
             ("P8b", "P2"),
             ("P8c", "P3"),
@@ -479,7 +541,47 @@ impl Report {
                 "NIC REG + DEREG vs PIN + UNPIN (2 ioctls each), 64 KiB".into(),
                 ratio(self.op("nic_reg_hit"), self.op("reuse_cached_64k")),
             ),
+            (
+                "NIC REG + DEREG: no mapping cache vs mapping cache".into(),
+                ratio(self.op("nic_reg_hit_nokeep"), self.op("nic_reg_hit")),
+            ),
+            (
+                "apiperf loop: cached vs NOCACHE, 1 MiB".into(),
+                ratio(
+                    self.op("apiperf_cached_1mib"),
+                    self.op("apiperf_nocache_1mib"),
+                ),
+            ),
+            (
+                "apiperf loop: cached vs NOCACHE, 4 MiB".into(),
+                ratio(
+                    self.op("apiperf_cached_4mib"),
+                    self.op("apiperf_nocache_4mib"),
+                ),
+            ),
         ]
+    }
+
+    /// The apiperf loop as rows: size, use, reps, then mean / median of each phase and of
+    /// the whole iteration (us).
+    fn apiperf_rows(&self) -> Vec<Vec<String>> {
+        let mm = |l: &Latency| format!("{} / {}", us(l.mean_ns), us(l.median_ns));
+        self.apiperf
+            .iter()
+            .map(|a| {
+                vec![
+                    crate::mapping::size_label(a.bytes as usize),
+                    if a.cached { "cached" } else { "NOCACHE" }.into(),
+                    a.total.reps.to_string(),
+                    mm(&a.pin),
+                    mm(&a.map),
+                    mm(&a.get_info),
+                    mm(&a.unmap),
+                    mm(&a.unpin),
+                    mm(&a.total),
+                ]
+            })
+            .collect()
     }
 
     /// nvsim's cost in the misses, a line each.
@@ -522,17 +624,36 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "\n{:<58} {:>8} {:>12} {:>12}",
+            "\n{:<66} {:>8} {:>12} {:>12}",
             "operation", "reps", "median us", "p99 us"
         );
         for o in &self.ops {
             let _ = writeln!(
                 s,
-                "{:<58} {:>8} {:>12} {:>12}",
+                "{:<66} {:>8} {:>12} {:>12}",
                 o.what,
                 o.latency.reps,
-                us(o.latency.median_ns),
-                us(o.latency.p99_ns)
+                measured(&o.latency, o.latency.median_ns),
+                measured(&o.latency, o.latency.p99_ns)
+            );
+        }
+        if !self.apiperf.is_empty() {
+            let _ = writeln!(
+                s,
+                "\ngdrcopy apiperf loop through /dev/gdrdrv (us, mean / median per iteration):"
+            );
+            let head = APIPERF_HEAD.map(String::from).to_vec();
+            for r in std::iter::once(head).chain(self.apiperf_rows()) {
+                let _ = writeln!(
+                    s,
+                    "{:<7} {:<7} {:>5} {:>15} {:>15} {:>13} {:>13} {:>13} {:>15}",
+                    r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8]
+                );
+            }
+            let _ = writeln!(
+                s,
+                "(map: gdr_map, i.e. REQ_MAPPING_TYPE + mmap + GET_INFO_V2; get_info: GET_INFO_V2; \
+                 unmap: munmap; NOCACHE: GDRDRV_PIN_FLAG_GDRPEER_NOCACHE, a pin per use)"
             );
         }
         if !self.copies.is_empty() {
@@ -649,11 +770,17 @@ impl Report {
             rows.push(vec![
                 o.what.clone(),
                 o.latency.reps.to_string(),
-                us(o.latency.median_ns),
-                us(o.latency.p99_ns),
+                measured(&o.latency, o.latency.median_ns),
+                measured(&o.latency, o.latency.p99_ns),
             ]);
         }
         let mut s = rst_table(&rows);
+        if !self.apiperf.is_empty() {
+            let mut rows = vec![APIPERF_HEAD.map(String::from).to_vec()];
+            rows.extend(self.apiperf_rows());
+            s.push('\n');
+            s.push_str(&rst_table(&rows));
+        }
         if !self.copies.is_empty() {
             let mut rows: Vec<Vec<String>> = vec![vec![
                 "Bytes".into(),
@@ -802,6 +929,7 @@ mod tests {
             reps: 10,
             median_ns,
             p99_ns: median_ns * 2,
+            mean_ns: median_ns + 1,
         }
     }
 
@@ -841,6 +969,12 @@ mod tests {
                 op("gdrdrv_null", 2000),
                 op("gdrdrv_hit", 2200),
                 op("dmabuf_export_close", 3000),
+                op("apiperf_cached_64kib", 30_000),
+                op("apiperf_nocache_64kib", 200_000),
+                Op {
+                    latency: Latency::default(),
+                    ..op("nic_reg_hit_nokeep", 0)
+                },
             ],
             copies: vec![CopyPoint {
                 bytes: 4096,
@@ -858,6 +992,16 @@ mod tests {
                 nvsim: lat(240_000),
                 overhead: lat(10_000),
             }],
+            apiperf: vec![ApiPerf {
+                bytes: 65536,
+                cached: true,
+                pin: lat(2000),
+                map: lat(14_000),
+                get_info: lat(800),
+                unmap: lat(11_000),
+                unpin: lat(3000),
+                total: lat(30_000),
+            }],
             targets: vec![],
         };
         let got: Vec<String> = r.ratios().into_iter().map(|(_, v)| v).collect();
@@ -865,7 +1009,7 @@ mod tests {
             got,
             [
                 "2.50x", "25.00x", "n/a", "1.50x", "1.10x", "1.50x", "15.00x", "n/a", "2.50x",
-                "n/a", "20.00x", "0.80x"
+                "n/a", "20.00x", "0.80x", "n/a", "n/a", "n/a"
             ]
             .map(String::from)
         );
@@ -884,18 +1028,38 @@ mod tests {
             ("P6", "805 B", "NO"),
             // (8000 - 2 * 1000) / 10000.
             ("P7", "0.60x", "NO"),
+            // Not measured (reps 0): n/a, not a figure of 0.
+            ("P7b", "n/a", "-"),
             ("P8a", "1.10x", "-"),
             ("P8b", "n/a", "-"),
             ("P8c", "n/a", "-"),
             ("P8d", "1.50x", "-"),
             ("P8e", "20.00x", "-"),
+            // 30000 / 200000.
+            ("P9", "0.15x", "yes"),
         ];
         assert_eq!(
             figures,
             want.map(|(a, b, c)| (a.to_string(), b.to_string(), c))
         );
         assert_eq!(targets[5].target, "<= 200 B (192 + 8/page)");
-        assert_eq!(targets[7].target, "reported (P1: <= 1.2x)");
+        assert_eq!(targets[7].target, "reported (P7: <= 0.5x)");
+        assert_eq!(targets[8].target, "reported (P1: <= 1.2x)");
+        assert_eq!(targets[13].target, "<= 0.2x");
+        // The apiperf phases, mean / median; the unmeasured row as n/a.
+        let table = r.table();
+        assert!(
+            table.contains("64 KiB  cached     10       2.0 / 2.0     14.0 / 14.0"),
+            "{table}"
+        );
+        assert!(table.contains("no mapping cache"), "{table}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with("nic_reg_hit_nokeep") && l.ends_with("n/a")),
+            "{table}"
+        );
+        assert!(r.rst().contains("get_info"));
         assert!(
             r.table().contains("P3   miss: NOCACHE PIN + UNPIN"),
             "{}",
@@ -942,6 +1106,9 @@ mod tests {
     fn old_runs_render() {
         for text in [
             include_str!("../../../Documentation/dev/perf/bench.json"),
+            include_str!("../../../Documentation/dev/perf/bench-b7c6aa2.json"),
+            include_str!("../../../Documentation/dev/perf/bench-c5674e6.json"),
+            include_str!("../../../Documentation/dev/perf/bench-9c99097.json"),
             include_str!("../../../Documentation/dev/perf/bench-mapping.json"),
             include_str!("../../../Documentation/dev/perf/bench-dmabuf.json"),
             include_str!("../../../Documentation/dev/perf/bench-2787d1b.json"),
@@ -949,7 +1116,7 @@ mod tests {
             let r: Report = serde_json::from_str(text).unwrap();
             assert!(r.table().contains("targets (issue 21"));
             assert!(r.rst().contains("P8e"));
-            assert_eq!(r.targets().len(), 12);
+            assert_eq!(r.targets().len(), 14);
         }
     }
 }
