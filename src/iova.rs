@@ -23,7 +23,9 @@
 //! NVIDIA's free callback).
 
 use kernel::{
-    bindings, fmt, new_mutex, pci,
+    bindings,
+    dma::DataDirection,
+    fmt, new_mutex, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{aref::ARef, Mutex},
@@ -194,7 +196,7 @@ impl Iovas {
                 dev,
                 bus,
                 GPU_PAGE_SIZE as usize,
-                bindings::dma_data_direction_DMA_BIDIRECTIONAL,
+                DataDirection::Bidirectional.into(),
                 0,
             )
         };
@@ -238,7 +240,7 @@ impl Iovas {
                         sys::pci_dev_device_ptr(peer),
                         e.dma,
                         GPU_PAGE_SIZE as usize,
-                        bindings::dma_data_direction_DMA_BIDIRECTIONAL,
+                        DataDirection::Bidirectional.into(),
                         0,
                     )
                 };
