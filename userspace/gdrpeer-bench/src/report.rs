@@ -1106,6 +1106,7 @@ mod tests {
     fn old_runs_render() {
         for text in [
             include_str!("../../../Documentation/dev/perf/bench.json"),
+            include_str!("../../../Documentation/dev/perf/bench-bc12847.json"),
             include_str!("../../../Documentation/dev/perf/bench-b7c6aa2.json"),
             include_str!("../../../Documentation/dev/perf/bench-c5674e6.json"),
             include_str!("../../../Documentation/dev/perf/bench-9c99097.json"),
