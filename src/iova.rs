@@ -73,6 +73,15 @@ struct IovaState {
     made: u64,
 }
 
+impl IovaState {
+    /// Whether `gpu` and `peer` are in `allowed`.
+    fn knows(&self, gpu: GpuUuid, peer: &pci::Device) -> bool {
+        self.allowed
+            .iter()
+            .any(|(g, p)| *g == gpu && core::ptr::eq::<pci::Device>(&**p, peer))
+    }
+}
+
 #[pinned_drop]
 impl PinnedDrop for Iovas {
     fn drop(self: Pin<&mut Self>) {
@@ -129,20 +138,13 @@ impl Iovas {
 
     /// Whether NVIDIA said `gpu`'s memory may be mapped for `peer` ([`Iovas::allow`]).
     pub(crate) fn allowed(&self, gpu: GpuUuid, peer: &pci::Device) -> bool {
-        let s = self.state.lock();
-        s.allowed
-            .iter()
-            .any(|(g, p)| *g == gpu && core::ptr::eq::<pci::Device>(&**p, peer))
+        self.state.lock().knows(gpu, peer)
     }
 
     /// Remembers that NVIDIA mapped `gpu`'s memory for `peer`.
     pub(crate) fn allow(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) -> Result {
         let mut s = self.state.lock();
-        if !s
-            .allowed
-            .iter()
-            .any(|(g, p)| *g == gpu && core::ptr::eq::<pci::Device>(&**p, &**peer))
-        {
+        if !s.knows(gpu, peer) {
             s.allowed.push((gpu, peer.clone()), GFP_KERNEL)?;
         }
         Ok(())
