@@ -184,6 +184,13 @@ cuda_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko || { echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX nvsim-load"; return; }
 	results gdrpeer-test-cuda-only "-without-module$CUDA_SUFFIX" gdrpeer-test --cuda-only "$TEST_FILTER"
+	# The simulated libcuda's answers against a record of real CUDA's on an H100
+	# (tests/cuda-trace): every difference not listed with its reason fails.
+	if [ -z "$TEST_FILTER" ] || echo libcuda-sim-answers-as-recorded-cuda | grep -qE "$TEST_FILTER"; then
+		results libcuda-sim "$CUDA_SUFFIX" gdrpeer-test --cuda-probe \
+			--against $GDRPEER/share/cuda-trace/h100-580.159.04.txt \
+			--differences $GDRPEER/share/cuda-trace/sim-differences.txt
+	fi
 	load $M/gdrpeer.ko ||
 		{ echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX gdrpeer-load"; unload nvsim; return; }
 	results gdrpeer-test-cuda "$CUDA_SUFFIX" gdrpeer-test --cuda "$TEST_FILTER"

@@ -14,6 +14,7 @@
 //! kernel-API fuzzer ([`kapi_fuzz`], in the NIC's tests and alone) and the demo ([`demo`]). The helpers they share are in [`helpers`], the process plumbing in
 //! [`proc`].
 
+mod cuda_probe;
 mod demo;
 mod dmabuf;
 mod doctables;
@@ -83,6 +84,11 @@ fn main() -> ExitCode {
         Some("--demo-mmap") => return narrated(demo::mmap()),
         Some("--demo-dmabuf") => return narrated(demo::dmabuf()),
         Some("--demo-dmabuf-pinned") => return narrated(demo::dmabuf_pinned()),
+        // The CUDA driver library's answers, or their comparison with a record of real CUDA's.
+        Some("--cuda-probe") => return narrated(cuda_probe::run(&args[1..])),
+        Some("--cuda-probe-section") => {
+            return narrated(cuda_probe::section(args.get(1).map_or("", String::as_str)))
+        }
         Some("--stress") => return narrated(stress::run(&args[1..])),
         Some("--fuzz") => return narrated(fuzz::run(&args[1..])),
         Some("--kapi-fuzz") => return narrated(kapi_fuzz::run_args(&args[1..])),

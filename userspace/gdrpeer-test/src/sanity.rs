@@ -360,7 +360,7 @@ fn buffer_id_tag() -> TestResult {
     a.free()?;
     check_eq!(
         cu.buffer_id(p),
-        Err(CudaError::InvalidValue),
+        Err(CudaError::NoAllocation),
         "freed pointer"
     );
     let b = DevMem::new(size)?;
@@ -387,7 +387,7 @@ fn address_range_and_sync_memops() -> TestResult {
         .map_err(|e| format!("SYNC_MEMOPS: {e:?}"))?;
     check_eq!(
         cu.address_range(0x10),
-        Err(CudaError::InvalidValue),
+        Err(CudaError::NoAllocation),
         "host address"
     );
     Ok(())

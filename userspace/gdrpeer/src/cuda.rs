@@ -14,6 +14,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 type CuResult = c_uint;
 const SUCCESS: CuResult = 0;
 const ERROR_INVALID_VALUE: CuResult = 1;
+const ERROR_NOT_FOUND: CuResult = 500;
 const ATTR_P2P_TOKENS: c_uint = 5;
 const ATTR_SYNC_MEMOPS: c_uint = 6;
 const ATTR_BUFFER_ID: c_uint = 7;
@@ -160,7 +161,9 @@ impl Cuda {
 fn cuda_error(r: CuResult) -> Result<(), CudaError> {
     match r {
         SUCCESS => Ok(()),
-        ERROR_INVALID_VALUE => Err(CudaError::InvalidValue),
+        // cuMemGetAddressRange answers NOT_FOUND for a pointer into no allocation, the
+        // pointer attributes INVALID_VALUE.
+        ERROR_INVALID_VALUE | ERROR_NOT_FOUND => Err(CudaError::NoAllocation),
         r => Err(CudaError::Other(r as i32)),
     }
 }

@@ -21,8 +21,10 @@ use std::collections::BTreeMap;
 /// Why CUDA could not answer a pointer query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CudaError {
-    /// `CUDA_ERROR_INVALID_VALUE`: not (any more) a live device allocation.
-    InvalidValue,
+    /// Not (any more) a live device allocation: `CUDA_ERROR_INVALID_VALUE` from the pointer
+    /// attributes, `CUDA_ERROR_NOT_FOUND` from `cuMemGetAddressRange` (real CUDA's answers,
+    /// `tests/cuda-trace`).
+    NoAllocation,
     /// Any other CUresult.
     Other(i32),
 }
@@ -174,7 +176,7 @@ impl<P: Pinner, C: PointerInfo> RegCache<P, C> {
                     self.stats.tag_mismatches += 1;
                     self.drop_entry(base);
                 }
-                Err(CudaError::InvalidValue) => {
+                Err(CudaError::NoAllocation) => {
                     self.stats.invalid_pointers += 1;
                     self.drop_entry(base);
                     return Err(Error::InvalidPointer { ptr });
@@ -187,7 +189,7 @@ impl<P: Pinner, C: PointerInfo> RegCache<P, C> {
 
     fn miss(&mut self, ptr: u64, len: u64) -> Result<Registration, Error> {
         let (base, size) = self.cuda.address_range(ptr).map_err(|e| match e {
-            CudaError::InvalidValue => {
+            CudaError::NoAllocation => {
                 self.stats.invalid_pointers += 1;
                 Error::InvalidPointer { ptr }
             }
@@ -258,7 +260,7 @@ impl<P: Pinner, C: PointerInfo> Drop for RegCache<P, C> {
 
 fn cuda_error(ptr: u64, e: CudaError) -> Error {
     match e {
-        CudaError::InvalidValue => Error::InvalidPointer { ptr },
+        CudaError::NoAllocation => Error::InvalidPointer { ptr },
         CudaError::Other(e) => Error::CudaQuery(e),
     }
 }
@@ -324,7 +326,7 @@ mod tests {
         fn address_range(&self, ptr: u64) -> Result<(u64, u64), CudaError> {
             self.find(ptr)
                 .map(|(b, s, _)| (b, s))
-                .ok_or(CudaError::InvalidValue)
+                .ok_or(CudaError::NoAllocation)
         }
         fn set_sync_memops(&self, ptr: u64) -> Result<(), CudaError> {
             self.sync_memops.borrow_mut().push(ptr);
@@ -334,7 +336,7 @@ mod tests {
             self.queries.set(self.queries.get() + 1);
             self.find(ptr)
                 .map(|(_, _, id)| id)
-                .ok_or(CudaError::InvalidValue)
+                .ok_or(CudaError::NoAllocation)
         }
     }
 

@@ -8,8 +8,10 @@
 //! The values are an NVIDIA H100 SXM5 80GB's (compute capability 9.0, 132 SMs) with a CUDA 12
 //! driver on an x86_64 host, alone (no NVSwitch fabric, no MPS, not a coherent platform), as
 //! deviceQuery shows them; where deviceQuery does not show one, the value CUDA's
-//! documentation and published property dumps give for that GPU, to be confirmed on a real
-//! H100 (Documentation/dev/nvsim.rst). Two kinds of row differ:
+//! documentation and published property dumps give for that GPU. Every row was checked
+//! against an H100 80GB HBM3 with CUDA 13 (`tests/cuda-trace`, compared in every plan by
+//! `libcuda-sim-answers-as-recorded-cuda`; Documentation/dev/nvsim.rst, "Checked against
+//! real CUDA"). Two kinds of row differ:
 //!
 //! - [`Value::PciDomain`], [`Value::PciBus`], [`Value::PciDevice`]: the PCI address of the
 //!   device nvsim drives;
@@ -165,9 +167,9 @@ pub static ATTRIBUTES: &[Attribute] = attributes! {
     89 CONCURRENT_MANAGED_ACCESS => H100(1);
     90 COMPUTE_PREEMPTION_SUPPORTED => H100(1);
     91 CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM => H100(1);
-    92 CAN_USE_STREAM_MEM_OPS_V1 => H100(1);
-    93 CAN_USE_64_BIT_STREAM_MEM_OPS_V1 => H100(1);
-    94 CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => H100(1);
+    92 CAN_USE_STREAM_MEM_OPS_V1 => H100(0);
+    93 CAN_USE_64_BIT_STREAM_MEM_OPS_V1 => H100(0);
+    94 CAN_USE_STREAM_WAIT_VALUE_NOR_V1 => H100(0);
     95 COOPERATIVE_LAUNCH => H100(1);
     96 COOPERATIVE_MULTI_DEVICE_LAUNCH => H100(1);
     // 227 KiB.
@@ -186,7 +188,7 @@ pub static ATTRIBUTES: &[Attribute] = attributes! {
     // cuMemCreate accepts a compression type and ignores it.
     107 GENERIC_COMPRESSION_SUPPORTED => H100(1);
     108 MAX_PERSISTING_L2_CACHE_SIZE => H100(32768000);
-    109 MAX_ACCESS_POLICY_WINDOW_SIZE => H100(134213632);
+    109 MAX_ACCESS_POLICY_WINDOW_SIZE => H100(134217728);
     110 GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED => H100(1);
     111 RESERVED_SHARED_MEMORY_PER_BLOCK => H100(1024);
     112 SPARSE_CUDA_ARRAY_SUPPORTED => H100(1);
@@ -205,7 +207,7 @@ pub static ATTRIBUTES: &[Attribute] = attributes! {
         h100: 0,
     };
     // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
-    119 MEMPOOL_SUPPORTED_HANDLE_TYPES => H100(1);
+    119 MEMPOOL_SUPPORTED_HANDLE_TYPES => H100(9);
     120 CLUSTER_LAUNCH => H100(1);
     121 DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED => H100(1);
     122 CAN_USE_64_BIT_STREAM_MEM_OPS => H100(1);
@@ -215,7 +217,7 @@ pub static ATTRIBUTES: &[Attribute] = attributes! {
     126 MEM_SYNC_DOMAIN_COUNT => H100(4);
     127 TENSOR_MAP_ACCESS_SUPPORTED => H100(1);
     // Fabric handles need an NVSwitch fabric (IMEX).
-    128 HANDLE_TYPE_FABRIC_SUPPORTED => H100(0);
+    128 HANDLE_TYPE_FABRIC_SUPPORTED => H100(1);
     129 UNIFIED_FUNCTION_POINTERS => H100(1);
     // CU_DEVICE_NUMA_CONFIG_NONE: the GPU memory is no NUMA node.
     130 NUMA_CONFIG => H100(0);

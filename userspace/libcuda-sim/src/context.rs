@@ -7,12 +7,13 @@
 //! current context until `cuCtxCreate` or `cuCtxSetCurrent` makes it current there, and the
 //! calls that need one fail with `CUDA_ERROR_INVALID_CONTEXT` until then.
 //!
-//! Which calls need one follows CUDA's driver (to be confirmed on a real GPU: see "To
-//! confirm on a real GPU" in Documentation/dev/nvsim.rst):
+//! Which calls need one follows CUDA's driver, as recorded on an H100 with CUDA 13
+//! (`tests/cuda-trace`, section "threads"; Documentation/dev/nvsim.rst, "Checked against
+//! real CUDA"):
 //!
 //! - calls that allocate or reach memory through the current context need it:
 //!   `cuMemAlloc`, `cuMemAllocHost`, the copies, `cuMemsetD8`, `cuMemGetInfo`,
-//!   `cuCtxGetDevice`, `cuCtxSynchronize`;
+//!   `cuMemGetAddressRange`, `cuCtxGetDevice`, `cuCtxSynchronize`;
 //! - calls given a pointer find the allocation's context from the pointer, and need none:
 //!   `cuMemFree`, `cuMemFreeHost`, `cuPointerGetAttribute(s)` (CONTEXT answers the
 //!   allocation's context, not the thread's) and `cuPointerSetAttribute`. A thread that never
@@ -20,7 +21,9 @@
 //! - the device queries, the primary context calls, `cuCtxSetCurrent` and `cuCtxGetCurrent`
 //!   need `cuInit` only.
 //!
-//! Unlike CUDA, `cuMemGetAddressRange` and the VMM calls need no current context either.
+//! Unlike CUDA, the VMM calls need no current context, and destroying the context (or
+//! releasing the primary one) frees none of its memory: there is one context, and its
+//! memory lives until the process ends (`tests/cuda-trace/sim-differences.txt`).
 
 use crate::errors::*;
 use crate::{CUcontext, CUdevice, CUresult};

@@ -13,6 +13,7 @@ pub const CUDA_ERROR_NOT_INITIALIZED: CUresult = 3;
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
+pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
@@ -57,6 +58,11 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         CUDA_ERROR_INVALID_CONTEXT,
         c"CUDA_ERROR_INVALID_CONTEXT",
         c"invalid device context",
+    ),
+    (
+        CUDA_ERROR_NOT_FOUND,
+        c"CUDA_ERROR_NOT_FOUND",
+        c"named symbol not found",
     ),
     (
         CUDA_ERROR_NOT_SUPPORTED,
@@ -118,10 +124,11 @@ mod tests {
             CUDA_ERROR_NO_DEVICE,
             CUDA_ERROR_INVALID_DEVICE,
             CUDA_ERROR_INVALID_CONTEXT,
+            CUDA_ERROR_NOT_FOUND,
             CUDA_ERROR_NOT_SUPPORTED,
             CUDA_ERROR_UNKNOWN,
         ];
-        assert_eq!(codes, [0, 1, 2, 3, 100, 101, 201, 801, 999]);
+        assert_eq!(codes, [0, 1, 2, 3, 100, 101, 201, 500, 801, 999]);
         for c in codes {
             assert!(error_text(c).is_some(), "no text for {c}");
         }

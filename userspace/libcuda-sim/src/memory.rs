@@ -185,6 +185,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
     }
     let flags = alloc_flags(size, suballocate());
     let alloc = |gpu: &nvsim::Gpu| {
+        // More than the GPU has is out of memory, as in CUDA (nvsim refuses the size).
+        if mem_info().is_some_and(|(_, total)| size as u64 > total) {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
         gpu.alloc_flags(size as u64, flags)
             .map(|(va, _)| va)
             .map_err(alloc_error)
@@ -195,25 +199,28 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 
 /// `cuMemFree_v2`: frees through nvsim, which calls back the nv-p2p pins on it (for a
 /// buffer of a pool block, the pins over its 64 KiB pages). VMM memory is
-/// `CUDA_ERROR_INVALID_VALUE`. Needs no current context: the pointer names its allocation,
-/// and so its context, as in CUDA ([`crate::context`]).
+/// `CUDA_ERROR_INVALID_VALUE`; NULL is `CUDA_SUCCESS`, as CUDA answers. Needs no current
+/// context: the pointer names its allocation, and so its context, as in CUDA
+/// ([`crate::context`]).
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     with_gpu(|gpu| match gpu.free(dptr) {
+        _ if dptr == 0 => CUDA_SUCCESS,
         Ok(()) => CUDA_SUCCESS,
         Err(_) => CUDA_ERROR_INVALID_VALUE,
     })
 }
 
 /// `cuMemGetAddressRange_v2`: base and size (as requested) of the device allocation `dptr`
-/// lies in. Unlike CUDA it needs no current context.
+/// lies in; `CUDA_ERROR_NOT_FOUND` where it lies in none. It needs a current context, as in
+/// CUDA (`tests/cuda-trace`).
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(
     base: *mut CUdeviceptr,
     size: *mut usize,
     dptr: CUdeviceptr,
 ) -> CUresult {
-    with_gpu(|gpu| match gpu.query(dptr) {
+    with_context(|gpu| match gpu.query(dptr) {
         Ok(q) => {
             // SAFETY: each pointer is optional; written only when non-null.
             unsafe {
@@ -226,7 +233,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(
             }
             CUDA_SUCCESS
         }
-        Err(_) => CUDA_ERROR_INVALID_VALUE,
+        Err(_) => CUDA_ERROR_NOT_FOUND,
     })
 }
 

@@ -20,6 +20,21 @@ pub const CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: c_uint = 6;
 pub const CU_POINTER_ATTRIBUTE_BUFFER_ID: c_uint = 7;
 pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: c_uint = 8;
 pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+pub const CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: c_uint = 10;
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+pub const CU_POINTER_ATTRIBUTE_MAPPED: c_uint = 13;
+pub const CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: c_uint = 14;
+pub const CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: c_uint = 15;
+pub const CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: c_uint = 16;
+pub const CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: c_uint = 17;
+pub const CU_POINTER_ATTRIBUTE_MAPPING_SIZE: c_uint = 18;
+pub const CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: c_uint = 19;
+pub const CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: c_uint = 20;
+pub const CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: c_uint = 21;
+
+/// `CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE`.
+const ACCESS_FLAG_READWRITE: c_uint = 3;
 
 pub const CU_MEMORYTYPE_HOST: c_uint = 1;
 pub const CU_MEMORYTYPE_DEVICE: c_uint = 2;
@@ -47,8 +62,26 @@ fn target(gpu: &nvsim::Gpu, ptr: CUdeviceptr) -> Target {
     }
 }
 
+/// The mapping that holds device memory `q` (attributes MAPPING_BASE_ADDR and
+/// MAPPING_SIZE): a VMM mapping itself; the 2 MiB pool block of a small buffer; the
+/// allocation rounded up to 2 MiB (CUDA maps device memory in 2 MiB pieces, and an
+/// allocation from 2 MiB up is 2 MiB aligned: `tests/cuda-trace`, "ranges").
+fn mapping(q: &nvsim::QueryArgs) -> (u64, u64) {
+    if q.flags & nvsim::QUERY_VMM != 0 {
+        (q.base, q.size)
+    } else if q.flags & nvsim::QUERY_SUBALLOC != 0 {
+        (q.base & !(nvsim::POOL_BLOCK - 1), nvsim::POOL_BLOCK)
+    } else {
+        (q.base, q.size.next_multiple_of(nvsim::POOL_BLOCK))
+    }
+}
+
 /// Writes one attribute of `ptr`, which points into `t`. P2P_TOKENS of host memory and
 /// HOST_POINTER of device memory are `CUDA_ERROR_INVALID_VALUE`, as CUDA documents them.
+///
+/// The attributes from IS_LEGACY_CUDA_IPC_CAPABLE (10) on are answered for device memory as
+/// CUDA 13 answers them on an H100, with the widths it writes (`tests/cuda-trace`); for
+/// host memory they are `CUDA_ERROR_INVALID_VALUE`.
 unsafe fn write_attribute(
     data: *mut c_void,
     attr: c_uint,
@@ -64,6 +97,12 @@ unsafe fn write_attribute(
     // SAFETY (all arms): the caller passes `data` pointing at the type CUDA documents for `attr`.
     unsafe {
         match attr {
+            // VMM memory belongs to no context.
+            CU_POINTER_ATTRIBUTE_CONTEXT
+                if dev.is_some_and(|q| q.flags & nvsim::QUERY_VMM != 0) =>
+            {
+                *(data as *mut CUcontext) = std::ptr::null_mut()
+            }
             CU_POINTER_ATTRIBUTE_CONTEXT => {
                 *(data as *mut CUcontext) = if found {
                     context()
@@ -90,15 +129,11 @@ unsafe fn write_attribute(
                 }
             }
             CU_POINTER_ATTRIBUTE_P2P_TOKENS if host.is_some() => return CUDA_ERROR_INVALID_VALUE,
-            // Tokens are not supported for cuMemCreate memory.
-            CU_POINTER_ATTRIBUTE_P2P_TOKENS
-                if dev.is_some_and(|q| q.flags & nvsim::QUERY_VMM != 0) =>
-            {
-                return CUDA_ERROR_NOT_SUPPORTED
-            }
+            // CUDA 13 answers a P2P token of 0 (the pin then finds the memory by the calling
+            // process) and a VA-space token, for cuMemCreate memory too.
             CU_POINTER_ATTRIBUTE_P2P_TOKENS => {
                 let t = data as *mut P2pTokens;
-                (*t).p2p_token = dev.map_or(0, |q| q.p2p_token);
+                (*t).p2p_token = 0;
                 (*t).va_space_token = dev.map_or(0, |q| q.va_space);
             }
             CU_POINTER_ATTRIBUTE_SYNC_MEMOPS => {
@@ -115,7 +150,46 @@ unsafe fn write_attribute(
             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => {
                 *(data as *mut c_int) = if found { 0 } else { -2 }
             }
-            _ => return CUDA_ERROR_INVALID_VALUE,
+            _ => {
+                let Some(q) = dev else {
+                    return CUDA_ERROR_INVALID_VALUE;
+                };
+                let vmm = q.flags & nvsim::QUERY_VMM != 0;
+                let (map_base, map_size) = mapping(q);
+                let (range_base, range_size) = if vmm {
+                    crate::vmm::reservation(q.base).unwrap_or((q.base, q.size))
+                } else {
+                    (q.base, q.size)
+                };
+                match attr {
+                    CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE => {
+                        *(data as *mut c_int) = c_int::from(!vmm)
+                    }
+                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => *(data as *mut u64) = range_base,
+                    CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = range_size as usize,
+                    CU_POINTER_ATTRIBUTE_MAPPED
+                    | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE => *(data as *mut c_int) = 1,
+                    CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES => *(data as *mut u64) = 0,
+                    CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => {
+                        *(data as *mut c_uint) = if vmm {
+                            crate::vmm::access(q.base)
+                        } else {
+                            ACCESS_FLAG_READWRITE
+                        }
+                    }
+                    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => {
+                        *(data as *mut *mut c_void) = std::ptr::null_mut()
+                    }
+                    CU_POINTER_ATTRIBUTE_MAPPING_SIZE => *(data as *mut usize) = map_size as usize,
+                    CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => *(data as *mut u64) = map_base,
+                    // nvsim's id of the allocation (of the mapping, for VMM memory).
+                    CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => *(data as *mut u64) = q.buffer_id,
+                    CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE => {
+                        *(data as *mut c_int) = c_int::from(!vmm)
+                    }
+                    _ => return CUDA_ERROR_INVALID_VALUE,
+                }
+            }
         }
     }
     CUDA_SUCCESS
@@ -173,7 +247,8 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
 }
 
 /// `cuPointerSetAttribute`: SYNC_MEMOPS of device memory, recorded by nvsim (it changes
-/// nothing there: every copy is synchronous). Other attributes: `CUDA_ERROR_NOT_SUPPORTED`.
+/// nothing there: every copy is synchronous). Other attributes: `CUDA_ERROR_INVALID_VALUE`,
+/// as CUDA answers for BUFFER_ID (`tests/cuda-trace`).
 #[no_mangle]
 pub unsafe extern "C" fn cuPointerSetAttribute(
     value: *const c_void,
@@ -184,7 +259,7 @@ pub unsafe extern "C" fn cuPointerSetAttribute(
         return CUDA_ERROR_INVALID_VALUE;
     }
     if attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS {
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return CUDA_ERROR_INVALID_VALUE;
     }
     // SAFETY: SYNC_MEMOPS takes an unsigned int.
     let v = unsafe { *(value as *const c_uint) };
@@ -320,7 +395,8 @@ mod tests {
                 write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, p, &dev),
                 CUDA_SUCCESS
             );
-            assert_eq!((tokens.p2p_token, tokens.va_space_token), (0xabc, 3));
+            // CUDA 13's answer: no P2P token, the VA space's.
+            assert_eq!((tokens.p2p_token, tokens.va_space_token), (0, 3));
             assert_eq!(
                 write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, 0x5010, &host),
                 CUDA_ERROR_INVALID_VALUE
@@ -331,12 +407,53 @@ mod tests {
             });
             assert_eq!(
                 write_attribute(out, CU_POINTER_ATTRIBUTE_P2P_TOKENS, p, &vmm),
-                CUDA_ERROR_NOT_SUPPORTED
+                CUDA_SUCCESS
+            );
+            assert_eq!((tokens.p2p_token, tokens.va_space_token), (0, 3));
+            assert_eq!(
+                get(
+                    CU_POINTER_ATTRIBUTE_CONTEXT,
+                    p,
+                    &vmm,
+                    std::ptr::null_mut::<c_void>()
+                ),
+                Ok(std::ptr::null_mut())
+            );
+            assert_eq!(
+                get(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p, &vmm, 7),
+                Ok(0)
             );
         }
-        for unknown in [0, 10, 17, 1000] {
+        // The attributes of CUDA 11 and later, as CUDA 13 answers them for a buffer of 1 MiB
+        // that is an allocation of its own.
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p, &dev, 0u64),
+            Ok(q.base)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_RANGE_SIZE, p, &dev, 0usize),
+            Ok(1 << 20)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p, &dev, 0usize),
+            Ok(2 << 20)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p, &dev, 0u64),
+            Ok(q.base)
+        );
+        assert_eq!(get(CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, p, &dev, 0u32), Ok(3));
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, p, &dev, 0u64),
+            Ok(7)
+        );
+        for one in [10, 13, 15, 21] {
+            assert_eq!(get(one, p, &dev, 0u32), Ok(1), "attribute {one}");
+        }
+        for unknown in [0, 22, 1000] {
             assert_eq!(get(unknown, p, &dev, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
         }
+        assert_eq!(get(11, 0x5010, &host, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
     }
 
     #[test]
@@ -361,7 +478,7 @@ mod tests {
             );
             assert_eq!(
                 cuPointerSetAttribute(one_p, 7, 1 << 33),
-                CUDA_ERROR_NOT_SUPPORTED
+                CUDA_ERROR_INVALID_VALUE
             );
             if no_nvsim() {
                 assert_eq!(

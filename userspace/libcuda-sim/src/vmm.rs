@@ -5,8 +5,9 @@
 //! and mappings of the one into the other. Each mapping is an allocation of its own for
 //! pointer attributes (its own BUFFER_ID; `cuMemGetAddressRange` gives the mapping), and
 //! nv-p2p pins of the calling process may pin a range inside one mapping; `cuMemUnmap`
-//! (or the process's exit) calls them back before it returns. P2P tokens are refused, as
-//! CUDA refuses them for `cuMemCreate` memory.
+//! (or the process's exit) calls them back before it returns. As recorded on real CUDA
+//! (`tests/cuda-trace`): a mapping is of a whole allocation at offset 0 (anything else is
+//! `CUDA_ERROR_NOT_SUPPORTED`), and unmapping a range with nothing mapped in it succeeds.
 //!
 //! As in CUDA, a mapping is reachable by copies only once `cuMemSetAccess` granted the
 //! device access to it. These calls need `cuInit` but no current context, as in CUDA.
@@ -75,6 +76,31 @@ pub struct CUmemAccessDesc {
 
 /// The access granted to each mapping, by its base (`cuMemSetAccess`).
 static ACCESS: Mutex<BTreeMap<u64, c_uint>> = Mutex::new(BTreeMap::new());
+
+/// The size of each live `cuMemCreate` handle: a mapping must take all of it.
+static HANDLES: Mutex<BTreeMap<CUmemGenericAllocationHandle, u64>> = Mutex::new(BTreeMap::new());
+
+/// The reserved ranges, size by base (`cuMemAddressReserve`): the pointer attributes
+/// RANGE_START_ADDR and RANGE_SIZE of VMM memory answer its reservation.
+static RESERVATIONS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+/// The reservation `[base, base + size)` that holds `ptr`.
+pub(crate) fn reservation(ptr: u64) -> Option<(u64, u64)> {
+    let r = RESERVATIONS.lock().ok()?;
+    r.range(..=ptr)
+        .next_back()
+        .filter(|(&b, &s)| ptr < b + s)
+        .map(|(&b, &s)| (b, s))
+}
+
+/// The access granted to the VMM mapping at `base` (`CU_MEM_ACCESS_FLAGS_PROT_*`).
+pub(crate) fn access(base: u64) -> c_uint {
+    ACCESS
+        .lock()
+        .ok()
+        .and_then(|a| a.get(&base).copied())
+        .unwrap_or(CU_MEM_ACCESS_FLAGS_PROT_NONE)
+}
 
 /// Whether a copy may read (`write` false) or write the VMM mapping at `base`.
 pub(crate) fn accessible(base: u64, write: bool) -> bool {
@@ -163,7 +189,11 @@ pub unsafe extern "C" fn cuMemCreate(
         if flags != 0 || !granular(size) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        gpu.vmm_create(size as u64).map_err(alloc_error)
+        let h = gpu.vmm_create(size as u64).map_err(alloc_error)?;
+        if let Ok(mut hs) = HANDLES.lock() {
+            hs.insert(h, size as u64);
+        }
+        Ok(h)
     };
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(handle, false, create) }
@@ -173,8 +203,12 @@ pub unsafe extern "C" fn cuMemCreate(
 #[no_mangle]
 pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     with_gpu(|gpu| {
-        gpu.vmm_release(handle)
-            .map_or_else(invalid, |()| CUDA_SUCCESS)
+        gpu.vmm_release(handle).map_or_else(invalid, |()| {
+            if let Ok(mut hs) = HANDLES.lock() {
+                hs.remove(&handle);
+            }
+            CUDA_SUCCESS
+        })
     })
 }
 
@@ -196,7 +230,11 @@ pub unsafe extern "C" fn cuMemAddressReserve(
         if flags != 0 || !granular(size) || !align_ok {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        gpu.vmm_reserve(size as u64).map_err(alloc_error)
+        let va = gpu.vmm_reserve(size as u64).map_err(alloc_error)?;
+        if let Ok(mut r) = RESERVATIONS.lock() {
+            r.insert(va, size as u64);
+        }
+        Ok(va)
     };
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(ptr, false, reserve) }
@@ -207,12 +245,18 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 pub extern "C" fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     with_gpu(|gpu| {
         gpu.vmm_unreserve(ptr, size as u64)
-            .map_or_else(invalid, |()| CUDA_SUCCESS)
+            .map_or_else(invalid, |()| {
+                if let Ok(mut r) = RESERVATIONS.lock() {
+                    r.remove(&ptr);
+                }
+                CUDA_SUCCESS
+            })
     })
 }
 
-/// `cuMemMap`: the first `size` bytes of `handle` at `ptr`, inside a reservation, over
-/// nothing mapped. `offset` and `flags` must be 0, as CUDA requires.
+/// `cuMemMap`: the whole of `handle` at `ptr`, inside a reservation, over nothing mapped.
+/// `flags` must be 0; an `offset` other than 0 or a `size` other than the handle's is
+/// `CUDA_ERROR_NOT_SUPPORTED`, as CUDA answers (`tests/cuda-trace`).
 #[no_mangle]
 pub extern "C" fn cuMemMap(
     ptr: CUdeviceptr,
@@ -222,8 +266,14 @@ pub extern "C" fn cuMemMap(
     flags: c_ulonglong,
 ) -> CUresult {
     with_gpu(|gpu| {
-        if offset != 0 || flags != 0 {
+        if flags != 0 {
             return CUDA_ERROR_INVALID_VALUE;
+        }
+        let whole = HANDLES
+            .lock()
+            .is_ok_and(|hs| hs.get(&handle).is_none_or(|&s| s == size as u64));
+        if offset != 0 || !whole {
+            return CUDA_ERROR_NOT_SUPPORTED;
         }
         gpu.vmm_map(ptr, size as u64, handle)
             .map_or_else(invalid, |_| CUDA_SUCCESS)
@@ -231,10 +281,12 @@ pub extern "C" fn cuMemMap(
 }
 
 /// `cuMemUnmap`: the whole mappings in `[ptr, ptr + size)`. The free callbacks of the
-/// nv-p2p pins over them have run when it returns, as on `cuMemFree`.
+/// nv-p2p pins over them have run when it returns, as on `cuMemFree`. A reserved range with
+/// nothing mapped in it is unmapped already: `CUDA_SUCCESS`, as CUDA answers.
 #[no_mangle]
 pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     with_gpu(|gpu| match gpu.vmm_unmap(ptr, size as u64) {
+        Err(_) if nothing_mapped(gpu, ptr, size as u64) => CUDA_SUCCESS,
         Ok(()) => {
             if let Ok(mut a) = ACCESS.lock() {
                 let end = ptr.saturating_add(size as u64);
@@ -244,6 +296,17 @@ pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
         }
         Err(e) => invalid(e),
     })
+}
+
+/// Whether `[ptr, ptr + size)` lies in one reservation and has no mapping in it.
+fn nothing_mapped(gpu: &nvsim::Gpu, ptr: u64, size: u64) -> bool {
+    let Some(end) = ptr.checked_add(size) else {
+        return false;
+    };
+    reservation(ptr).is_some_and(|(b, s)| end <= b + s)
+        && (ptr..end)
+            .step_by(GRANULARITY as usize)
+            .all(|p| gpu.query(p).is_err())
 }
 
 /// The bases of the mappings that tile `[ptr, ptr + size)` exactly, or
