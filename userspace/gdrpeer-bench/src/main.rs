@@ -9,6 +9,7 @@
 //! turns that JSON, on the host, into the table, an rst version of it and the plot.
 
 mod apiperf;
+mod cudaq;
 mod dmabuf;
 mod mapping;
 mod measure;
@@ -76,6 +77,13 @@ enum Cmd {
         #[arg(long, default_value_t = 200000)]
         reps: usize,
     },
+    /// The CUDA pointer queries of the user-space cache, timed without the module (on a GPU
+    /// machine or in the guest).
+    CudaQueries {
+        /// Repetitions of each query.
+        #[arg(long, default_value_t = 100000)]
+        reps: usize,
+    },
     /// Show a run's JSON as the table (and rst), and draw the plot.
     Render {
         /// The JSON `run` wrote.
@@ -139,6 +147,7 @@ fn main() -> ExitCode {
             Err(measure::Failure::Other(e)) => Err(e),
             Ok(()) => Ok(()),
         },
+        Cmd::CudaQueries { reps } => cudaq::run(reps),
         Cmd::Render { json, svg, rst } => read_json(&json).and_then(|r| {
             if rst {
                 print!("{}", r.rst());
