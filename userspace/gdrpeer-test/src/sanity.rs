@@ -172,6 +172,62 @@ fn invalidation_after_free() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
+/// The end of a context frees its memory, as cuMemFree does: the pins on it are revoked.
+/// A context of cuCtxCreate, destroyed; then the primary context is current again.
+fn invalidation_after_context_destroy() -> TestResult {
+    type Res = std::ffi::c_uint;
+    type Ctx = *mut std::ffi::c_void;
+    // SAFETY: libcuda.so.1 is loaded already (load); this takes a reference.
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| e.to_string())?;
+    let sym = |name: &[u8]| {
+        // SAFETY: each name below is a CUDA driver API entry point of the type it is read as.
+        unsafe { lib.get::<unsafe extern "C" fn(*mut Ctx, Res, i32) -> Res>(name) }
+            .map(|f| *f)
+            .map_err(|e| e.to_string())
+    };
+    let create = sym(b"cuCtxCreate_v2\0")?;
+    // SAFETY: as above.
+    let destroy = *unsafe { lib.get::<unsafe extern "C" fn(Ctx) -> Res>(b"cuCtxDestroy_v2\0") }
+        .map_err(|e| e.to_string())?;
+    // SAFETY: as above.
+    let retain = *unsafe {
+        lib.get::<unsafe extern "C" fn(*mut Ctx, i32) -> Res>(b"cuDevicePrimaryCtxRetain\0")
+    }
+    .map_err(|e| e.to_string())?;
+    // SAFETY: as above.
+    let set = *unsafe { lib.get::<unsafe extern "C" fn(Ctx) -> Res>(b"cuCtxSetCurrent\0") }
+        .map_err(|e| e.to_string())?;
+    let mut ctx: Ctx = std::ptr::null_mut();
+    // SAFETY (the calls below): valid out-pointers, and contexts these calls returned.
+    check_eq!(unsafe { create(&mut ctx, 0, 0) }, 0, "cuCtxCreate");
+    let run = || -> TestResult {
+        let p = cu().mem_alloc(OWN_ALLOCATION).map_err(c)?;
+        let d = dev()?;
+        let pin = ok(d.pin(p, 2 * K64, PinFlags::empty()), "pin")?;
+        check_eq!(unsafe { destroy(ctx) }, 0, "cuCtxDestroy");
+        check_eq!(
+            ok(d.info(pin.handle), "info")?.state,
+            PinState::Revoked,
+            "the pin after cuCtxDestroy"
+        );
+        check_eq!(
+            cu().buffer_id(p),
+            Err(CudaError::NoAllocation),
+            "the memory after cuCtxDestroy"
+        );
+        ok(d.unpin(pin.handle), "unpin")
+    };
+    let r = run();
+    let mut primary: Ctx = std::ptr::null_mut();
+    check_eq!(
+        unsafe { retain(&mut primary, 0) },
+        0,
+        "cuDevicePrimaryCtxRetain"
+    );
+    check_eq!(unsafe { set(primary) }, 0, "cuCtxSetCurrent(primary)");
+    r
+}
+
 /// Closing the file with pins releases them; the memory is then freed normally.
 fn invalidation_after_close() -> TestResult {
     let mut m = DevMem::new(2 * K64 as usize)?;
@@ -400,6 +456,10 @@ pub const TESTS: &[harness::Test] = &[
     ("cuda-data-validation", data_validation),
     ("cuda-invalidation-after-free", invalidation_after_free),
     ("cuda-invalidation-after-close", invalidation_after_close),
+    (
+        "cuda-invalidation-after-context-destroy",
+        invalidation_after_context_destroy,
+    ),
     ("cuda-across-fork", across_fork),
     ("cuda-tokens", tokens),
     ("cuda-mmap-write-then-dtoh", mmap_write_then_dtoh),

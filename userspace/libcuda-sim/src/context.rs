@@ -2,10 +2,14 @@
 
 //! Initialisation and contexts.
 //!
-//! There is one context per process: the primary context of device 0 and the one
-//! `cuCtxCreate` returns are the same. As in CUDA, it is current per thread: a thread has no
-//! current context until `cuCtxCreate` or `cuCtxSetCurrent` makes it current there, and the
-//! calls that need one fail with `CUDA_ERROR_INVALID_CONTEXT` until then.
+//! Device 0's primary context (`cuDevicePrimaryCtxRetain`, counted, ended by the last
+//! `cuDevicePrimaryCtxRelease`) and the contexts of `cuCtxCreate` (ended by
+//! `cuCtxDestroy`). As in CUDA, a context is current per thread: a thread has none until
+//! `cuCtxCreate` or `cuCtxSetCurrent` makes one current there, and the calls that need one
+//! fail with `CUDA_ERROR_INVALID_CONTEXT` until then (`CUDA_ERROR_CONTEXT_IS_DESTROYED`
+//! where the thread's context has ended). Memory belongs to the context current when it
+//! was allocated, and a context's end frees it, which calls back the nv-p2p pins on it, as
+//! CUDA does (`tests/cuda-trace`, section "context-end").
 //!
 //! Which calls need one follows CUDA's driver, as recorded on an H100 with CUDA 13
 //! (`tests/cuda-trace`, section "threads"; Documentation/dev/nvsim.rst, "Checked against
@@ -21,9 +25,7 @@
 //! - the device queries, the primary context calls, `cuCtxSetCurrent` and `cuCtxGetCurrent`
 //!   need `cuInit` only.
 //!
-//! Unlike CUDA, the VMM calls need no current context, and destroying the context (or
-//! releasing the primary one) frees none of its memory: there is one context, and its
-//! memory lives until the process ends (`tests/cuda-trace/sim-differences.txt`).
+//! Unlike CUDA, the VMM calls need no current context.
 
 use crate::errors::*;
 use crate::{CUcontext, CUdevice, CUresult};
@@ -33,30 +35,111 @@ use std::{
     sync::Mutex,
 };
 
-/// The one context there is; its address is the `CUcontext`.
-static CONTEXT: u8 = 0;
+/// How many contexts may live at once (the primary one and 63 of `cuCtxCreate`).
+const SLOTS: usize = 64;
 
-pub(crate) fn context() -> CUcontext {
-    &CONTEXT as *const u8 as CUcontext
+/// One byte per context slot; a slot's address is its `CUcontext`. Slot 0 is device 0's
+/// primary context.
+static HANDLES: [u8; SLOTS] = [0; SLOTS];
+
+/// The `CUcontext` of slot `slot`.
+fn handle(slot: usize) -> CUcontext {
+    &HANDLES[slot] as *const u8 as CUcontext
+}
+
+/// The slot of a `CUcontext`, if it is one of [`HANDLES`].
+fn slot_of(ctx: CUcontext) -> Option<usize> {
+    (0..SLOTS).find(|&s| handle(s) == ctx)
+}
+
+/// The contexts' state.
+struct Contexts {
+    /// The primary context's retains not yet released.
+    primary_refs: u32,
+    /// Which slots hold a context that has not ended.
+    live: [bool; SLOTS],
+    /// The owner (slot) of each device and host allocation, by base address.
+    owners: std::collections::BTreeMap<u64, usize>,
+}
+
+static CONTEXTS: Mutex<Contexts> = Mutex::new(Contexts {
+    primary_refs: 0,
+    live: [false; SLOTS],
+    owners: std::collections::BTreeMap::new(),
+});
+
+/// The context that owns the allocation at `base` (NULL for memory no context owns).
+pub(crate) fn context_of(base: u64) -> CUcontext {
+    CONTEXTS
+        .lock()
+        .ok()
+        .and_then(|c| c.owners.get(&base).copied())
+        .map_or(std::ptr::null_mut(), handle)
+}
+
+/// Records that the allocation at `base` belongs to this thread's current context.
+pub(crate) fn own(base: u64) {
+    if let (Some(slot), Ok(mut c)) = (CURRENT.get(), CONTEXTS.lock()) {
+        c.owners.insert(base, slot);
+    }
+}
+
+/// Forgets the owner of the allocation at `base` (freed).
+pub(crate) fn disown(base: u64) {
+    if let Ok(mut c) = CONTEXTS.lock() {
+        c.owners.remove(&base);
+    }
+}
+
+/// Ends the context in `slot`: frees its device memory through nvsim (calling back the pins
+/// on it) and its host memory.
+fn end(gpu: &nvsim::Gpu, slot: usize) {
+    let bases: Vec<u64> = match CONTEXTS.lock() {
+        Ok(mut c) => {
+            c.live[slot] = false;
+            let mine: Vec<u64> = c
+                .owners
+                .iter()
+                .filter(|&(_, &s)| s == slot)
+                .map(|(&b, _)| b)
+                .collect();
+            for b in &mine {
+                c.owners.remove(b);
+            }
+            mine
+        }
+        Err(_) => return,
+    };
+    for b in bases {
+        if gpu.free(b).is_err() {
+            crate::memory::free_host(b);
+        }
+    }
 }
 
 /// The device `cuInit` opened.
 static GPU: Mutex<Option<nvsim::Gpu>> = Mutex::new(None);
 
 thread_local! {
-    /// Whether the context is current in this thread.
-    static CURRENT: Cell<bool> = const { Cell::new(false) };
+    /// The slot of the context current in this thread, if any.
+    static CURRENT: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// What a call meets before it may run: `CUDA_ERROR_NOT_INITIALIZED` before `cuInit`,
 /// `CUDA_ERROR_INVALID_CONTEXT` where it needs a current context and this thread has none.
 fn gate(initialised: bool, needs_context: bool) -> Result<(), CUresult> {
     if !initialised {
-        Err(CUDA_ERROR_NOT_INITIALIZED)
-    } else if needs_context && !CURRENT.get() {
-        Err(CUDA_ERROR_INVALID_CONTEXT)
-    } else {
-        Ok(())
+        return Err(CUDA_ERROR_NOT_INITIALIZED);
+    }
+    if !needs_context {
+        return Ok(());
+    }
+    match CURRENT.get() {
+        None => Err(CUDA_ERROR_INVALID_CONTEXT),
+        Some(slot) if !CONTEXTS.lock().is_ok_and(|c| c.live[slot]) => {
+            Err(CUDA_ERROR_CONTEXT_IS_DESTROYED)
+        }
+        Some(_) => Ok(()),
     }
 }
 
@@ -136,91 +219,120 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     CUDA_SUCCESS
 }
 
-/// Hands out the context of device `dev`, current in this thread if `make_current`.
-unsafe fn put_context(ctx: *mut CUcontext, dev: CUdevice, make_current: bool) -> CUresult {
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        answer(ctx, false, |_| {
-            if dev != 0 {
-                return Err(CUDA_ERROR_INVALID_DEVICE);
-            }
-            if make_current {
-                CURRENT.set(true);
-            }
-            Ok(context())
-        })
-    }
-}
-
-/// `cuCtxCreate_v2`: gives the process's one context and makes it current in this thread,
-/// as CUDA makes a new context current. Unlike CUDA, it is the primary context, and the
-/// flags are ignored.
+/// `cuCtxCreate_v2`: a new context of device `dev`, current in this thread. The flags are
+/// ignored.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(
     ctx: *mut CUcontext,
     _flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
+    let create = |_: &nvsim::Gpu| {
+        if dev != 0 {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        let mut c = CONTEXTS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        let slot = (1..SLOTS)
+            .find(|&s| !c.live[s])
+            .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        c.live[slot] = true;
+        CURRENT.set(Some(slot));
+        Ok(handle(slot))
+    };
     // SAFETY: forwarded caller contract.
-    unsafe { put_context(ctx, dev, true) }
+    unsafe { answer(ctx, false, create) }
 }
 
-/// `cuDevicePrimaryCtxRetain`: gives the process's one context without making it current,
-/// as in CUDA. No reference count is kept.
+/// `cuDevicePrimaryCtxRetain`: device 0's primary context, started if it was not, one more
+/// retain counted; not made current, as in CUDA.
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    let retain = |_: &nvsim::Gpu| {
+        if dev != 0 {
+            return Err(CUDA_ERROR_INVALID_DEVICE);
+        }
+        let mut c = CONTEXTS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        c.primary_refs += 1;
+        c.live[0] = true;
+        Ok(handle(0))
+    };
     // SAFETY: forwarded caller contract.
-    unsafe { put_context(ctx, dev, false) }
+    unsafe { answer(ctx, false, retain) }
 }
 
-/// `cuDevicePrimaryCtxRelease_v2`: checks `dev`; the context lives on (unlike CUDA, where
-/// the last release destroys it).
+/// `cuDevicePrimaryCtxRelease_v2`: one retain less; the last one ends the primary context
+/// and frees its memory, as in CUDA. A thread where it was current keeps it current, ended
+/// (`CUDA_ERROR_CONTEXT_IS_DESTROYED`), until it makes another current.
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
-    with_gpu(|_| {
-        if dev == 0 {
-            CUDA_SUCCESS
-        } else {
-            CUDA_ERROR_INVALID_DEVICE
+    with_gpu(|gpu| {
+        if dev != 0 {
+            return CUDA_ERROR_INVALID_DEVICE;
         }
+        let last = match CONTEXTS.lock() {
+            Ok(mut c) if c.primary_refs > 0 => {
+                c.primary_refs -= 1;
+                c.primary_refs == 0
+            }
+            Ok(_) => return CUDA_ERROR_INVALID_CONTEXT,
+            Err(_) => return CUDA_ERROR_UNKNOWN,
+        };
+        if last {
+            end(gpu, 0);
+        }
+        CUDA_SUCCESS
     })
 }
 
-/// `cuCtxDestroy_v2`: no longer current in this thread afterwards, as in CUDA. Unlike CUDA,
-/// the context lives on with its memory, and can be made current again.
+/// `cuCtxDestroy_v2`: ends a context of `cuCtxCreate` and frees its memory; it is no
+/// longer current in this thread afterwards, as in CUDA. The primary context is left to its
+/// retains (only no longer current here).
 #[no_mangle]
 pub extern "C" fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
-    with_gpu(|_| {
+    with_gpu(|gpu| {
         if ctx.is_null() {
-            CUDA_ERROR_INVALID_VALUE
-        } else if ctx == context() {
-            CURRENT.set(false);
-            CUDA_SUCCESS
-        } else {
-            CUDA_ERROR_INVALID_CONTEXT
+            return CUDA_ERROR_INVALID_VALUE;
         }
+        let Some(slot) = slot_of(ctx) else {
+            return CUDA_ERROR_INVALID_CONTEXT;
+        };
+        if slot != 0 && !CONTEXTS.lock().is_ok_and(|c| c.live[slot]) {
+            return CUDA_ERROR_INVALID_CONTEXT;
+        }
+        if CURRENT.get() == Some(slot) {
+            CURRENT.set(None);
+        }
+        if slot != 0 {
+            end(gpu, slot);
+        }
+        CUDA_SUCCESS
     })
 }
 
-/// `cuCtxSetCurrent`: makes the context current in this thread, or none (NULL), as CUDA
+/// `cuCtxSetCurrent`: makes a live context current in this thread, or none (NULL), as CUDA
 /// does; any other value is `CUDA_ERROR_INVALID_CONTEXT`.
 #[no_mangle]
 pub extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     with_gpu(|_| {
-        if ctx.is_null() || ctx == context() {
-            CURRENT.set(!ctx.is_null());
-            CUDA_SUCCESS
-        } else {
-            CUDA_ERROR_INVALID_CONTEXT
+        if ctx.is_null() {
+            CURRENT.set(None);
+            return CUDA_SUCCESS;
+        }
+        match slot_of(ctx) {
+            Some(slot) if CONTEXTS.lock().is_ok_and(|c| c.live[slot]) => {
+                CURRENT.set(Some(slot));
+                CUDA_SUCCESS
+            }
+            _ => CUDA_ERROR_INVALID_CONTEXT,
         }
     })
 }
 
-/// `cuCtxGetCurrent`: the context if it is current in this thread, else NULL (no error),
+/// `cuCtxGetCurrent`: this thread's current context (ended or not), else NULL (no error),
 /// as in CUDA.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut CUcontext) -> CUresult {
-    let current = || CURRENT.get().then(context).unwrap_or(std::ptr::null_mut());
+    let current = || CURRENT.get().map_or(std::ptr::null_mut(), handle);
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(ctx, false, |_| Ok(current())) }
 }
@@ -251,8 +363,11 @@ mod tests {
         assert_eq!(gate(false, true), Err(CUDA_ERROR_NOT_INITIALIZED));
         assert_eq!(gate(true, false), Ok(()));
         assert_eq!(gate(true, true), Err(CUDA_ERROR_INVALID_CONTEXT));
-        CURRENT.set(true);
+        CURRENT.set(Some(SLOTS - 1));
+        assert_eq!(gate(true, true), Err(CUDA_ERROR_CONTEXT_IS_DESTROYED));
+        CONTEXTS.lock().unwrap().live[SLOTS - 1] = true;
         assert_eq!(gate(true, true), Ok(()));
+        CONTEXTS.lock().unwrap().live[SLOTS - 1] = false;
         // Current per thread: another thread has none.
         std::thread::spawn(|| assert_eq!(gate(true, true), Err(CUDA_ERROR_INVALID_CONTEXT)))
             .join()
@@ -305,8 +420,8 @@ mod tests {
             assert_eq!(cuCtxCreate_v2(&mut ctx, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
         }
         assert_eq!(cuCtxSynchronize(), CUDA_ERROR_NOT_INITIALIZED);
-        assert_eq!(cuCtxSetCurrent(context()), CUDA_ERROR_NOT_INITIALIZED);
-        assert_eq!(cuCtxDestroy_v2(context()), CUDA_ERROR_NOT_INITIALIZED);
+        assert_eq!(cuCtxSetCurrent(handle(0)), CUDA_ERROR_NOT_INITIALIZED);
+        assert_eq!(cuCtxDestroy_v2(handle(0)), CUDA_ERROR_NOT_INITIALIZED);
         assert_eq!(cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_NOT_INITIALIZED);
     }
 }

@@ -14,6 +14,7 @@ pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
 pub const CUDA_ERROR_INVALID_DEVICE: CUresult = 101;
 pub const CUDA_ERROR_INVALID_CONTEXT: CUresult = 201;
 pub const CUDA_ERROR_NOT_FOUND: CUresult = 500;
+pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: CUresult = 709;
 pub const CUDA_ERROR_NOT_SUPPORTED: CUresult = 801;
 pub const CUDA_ERROR_UNKNOWN: CUresult = 999;
 
@@ -63,6 +64,11 @@ const ERRORS: &[(CUresult, &CStr, &CStr)] = &[
         CUDA_ERROR_NOT_FOUND,
         c"CUDA_ERROR_NOT_FOUND",
         c"named symbol not found",
+    ),
+    (
+        CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        c"CUDA_ERROR_CONTEXT_IS_DESTROYED",
+        c"context is destroyed",
     ),
     (
         CUDA_ERROR_NOT_SUPPORTED,
@@ -125,10 +131,11 @@ mod tests {
             CUDA_ERROR_INVALID_DEVICE,
             CUDA_ERROR_INVALID_CONTEXT,
             CUDA_ERROR_NOT_FOUND,
+            CUDA_ERROR_CONTEXT_IS_DESTROYED,
             CUDA_ERROR_NOT_SUPPORTED,
             CUDA_ERROR_UNKNOWN,
         ];
-        assert_eq!(codes, [0, 1, 2, 3, 100, 101, 201, 500, 801, 999]);
+        assert_eq!(codes, [0, 1, 2, 3, 100, 101, 201, 500, 709, 801, 999]);
         for c in codes {
             assert!(error_text(c).is_some(), "no text for {c}");
         }

@@ -11,7 +11,8 @@
 //! Memory comes from nvsim and belongs to the calling process, so nv-p2p pins
 //! made in this process find it, and freeing it fires their free callbacks,
 //! as with real CUDA. There is one device, H100-like (compute capability
-//! 9.0), and one context, current in the threads that made it current.
+//! 9.0), whose primary context and the contexts of `cuCtxCreate` own the memory allocated in
+//! them, each current in the threads that made it current.
 //!
 //! The modules follow the driver API's sections: [`context`] (initialisation
 //! and contexts), [`device`] (with [`attributes`], its table), [`memory`], [`vmm`] (virtual memory management:

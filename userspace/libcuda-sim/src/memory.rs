@@ -8,7 +8,7 @@
 //! two ranges are not kept apart: nvsim hands out GPU addresses from 8 GiB up, where a host
 //! mapping would be taken for device memory.
 
-use crate::context::{answer, with_context, with_gpu};
+use crate::context::{answer, disown, own, with_context, with_gpu};
 use crate::device::nvsim_pci_address;
 use crate::errors::*;
 use crate::{CUdeviceptr, CUresult};
@@ -189,9 +189,9 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
         if mem_info().is_some_and(|(_, total)| size as u64 > total) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        gpu.alloc_flags(size as u64, flags)
-            .map(|(va, _)| va)
-            .map_err(alloc_error)
+        let (va, _) = gpu.alloc_flags(size as u64, flags).map_err(alloc_error)?;
+        own(va);
+        Ok(va)
     };
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(dptr, true, alloc) }
@@ -206,7 +206,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     with_gpu(|gpu| match gpu.free(dptr) {
         _ if dptr == 0 => CUDA_SUCCESS,
-        Ok(()) => CUDA_SUCCESS,
+        Ok(()) => {
+            disown(dptr);
+            CUDA_SUCCESS
+        }
         Err(_) => CUDA_ERROR_INVALID_VALUE,
     })
 }
@@ -302,10 +305,27 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) ->
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         host.insert(p as u64, size);
+        own(p as u64);
         Ok(p.cast())
     };
     // SAFETY: the caller passes a valid pointer or null.
     unsafe { answer(pp, true, alloc) }
+}
+
+/// Frees the host allocation at `base`, if there is one: whether there was.
+pub(crate) fn free_host(base: u64) -> bool {
+    let Ok(mut host) = HOST.lock() else {
+        return false;
+    };
+    match host.remove(base).and_then(|a| host_layout(a.size)) {
+        Some(layout) => {
+            // SAFETY: `base` came from alloc_zeroed with this layout and is freed once
+            // (removed from the table above).
+            unsafe { std::alloc::dealloc(base as *mut u8, layout) };
+            true
+        }
+        None => false,
+    }
 }
 
 /// `cuMemFreeHost`: frees what `cuMemAllocHost_v2` returned; any other pointer is
@@ -313,17 +333,11 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) ->
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     with_gpu(|_| {
-        let Ok(mut host) = HOST.lock() else {
-            return CUDA_ERROR_UNKNOWN;
-        };
-        match host.remove(p as u64).and_then(|a| host_layout(a.size)) {
-            Some(layout) => {
-                // SAFETY: `p` came from alloc_zeroed with this layout and is freed once
-                // (removed from the table above).
-                unsafe { std::alloc::dealloc(p.cast(), layout) };
-                CUDA_SUCCESS
-            }
-            None => CUDA_ERROR_INVALID_VALUE,
+        if free_host(p as u64) {
+            disown(p as u64);
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_INVALID_VALUE
         }
     })
 }

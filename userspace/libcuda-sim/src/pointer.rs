@@ -5,7 +5,7 @@
 //! allocation and so its context, which CONTEXT answers ([`crate::context`]); a
 //! registration cache may ask from any thread.
 
-use crate::context::{context, with_gpu};
+use crate::context::{context_of, with_gpu};
 use crate::errors::*;
 use crate::memory::{host_alloc, HostAlloc};
 use crate::{CUcontext, CUdeviceptr, CUresult};
@@ -97,17 +97,12 @@ unsafe fn write_attribute(
     // SAFETY (all arms): the caller passes `data` pointing at the type CUDA documents for `attr`.
     unsafe {
         match attr {
-            // VMM memory belongs to no context.
-            CU_POINTER_ATTRIBUTE_CONTEXT
-                if dev.is_some_and(|q| q.flags & nvsim::QUERY_VMM != 0) =>
-            {
-                *(data as *mut CUcontext) = std::ptr::null_mut()
-            }
+            // The context the memory was allocated in; VMM memory belongs to none.
             CU_POINTER_ATTRIBUTE_CONTEXT => {
-                *(data as *mut CUcontext) = if found {
-                    context()
-                } else {
-                    std::ptr::null_mut()
+                *(data as *mut CUcontext) = match t {
+                    Target::Device(q) => context_of(q.base),
+                    Target::Host(h) => context_of(h.base),
+                    Target::Nothing => std::ptr::null_mut(),
                 }
             }
             CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
@@ -380,9 +375,10 @@ mod tests {
                 CU_POINTER_ATTRIBUTE_CONTEXT,
                 0x5010,
                 &host,
-                std::ptr::null_mut()
+                std::ptr::null_mut::<c_void>()
             ),
-            Ok(context())
+            // No context allocated it here (the guest's tests see the owner's).
+            Ok(std::ptr::null_mut())
         );
         let mut tokens = P2pTokens {
             p2p_token: 0,
