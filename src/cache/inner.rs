@@ -24,8 +24,8 @@ use crate::{
 /// The state of a context's cache, protected by [`Context::inner`](super::Context::inner).
 pub(crate) struct Inner {
     /// Pinned regions by start address, callback pins and persistent pins apart. Regions in a
-    /// tree never overlap; a revoked region may linger until [`Region::run`] removes it, and
-    /// is never a hit.
+    /// tree never overlap; a revoked region may linger until the context's next operation
+    /// reaps it ([`Inner::reap`]), and is never a hit.
     pub(super) regions: [RBTree<u64, Arc<Region>>; 2],
     /// Unused regions, least recently used first: the first is evicted first. A region's
     /// place in it costs no allocation (its links are in the region).
@@ -48,10 +48,8 @@ pub(super) struct Book {
     pub(super) unused: bool,
     /// Whether the region is in `Inner::regions`.
     pub(super) in_tree: bool,
-    /// Whether its bytes are counted in the context and globally.
+    /// Whether its bytes are counted in the context (globally: `Region::tally`).
     pub(super) accounted: bool,
-    /// Whether it was left for NVIDIA's callback by a close in another process.
-    pub(super) deferred: bool,
     /// Kept references on it ([`Context::keep_handle`](super::Context::keep_handle)), each
     /// also counted in `refs`. They keep it pinned after the context closes.
     pub(super) kept: u64,
@@ -309,14 +307,11 @@ impl Inner {
         region.book.access_mut(self).accounted = true;
         self.stats.pinned_bytes += len;
         self.stats.regions += 1;
-        GLOBAL.pinned_bytes.add(len, Relaxed);
-        GLOBAL.regions.add(1, Relaxed);
-        GLOBAL
-            .region_memory_bytes
-            .add(Region::memory(region.pinned.range().page_count()), Relaxed);
+        region.tally.count(&region.pinned);
     }
 
-    /// Takes a region's bytes out of the accounting, once.
+    /// Takes a region's bytes out of the context's accounting, once. Its global share goes
+    /// with its release or NVIDIA's callback ([`Tally`](super::region::Tally)).
     pub(super) fn settle(&mut self, region: &Region) {
         let book = region.book.access_mut(self);
         if !core::mem::replace(&mut book.accounted, false) {
@@ -325,19 +320,15 @@ impl Inner {
         let len = region.pinned.range().len();
         self.stats.pinned_bytes -= len;
         self.stats.regions -= 1;
-        GLOBAL.pinned_bytes.fetch_sub(len, Relaxed);
-        GLOBAL.regions.fetch_sub(1, Relaxed);
-        GLOBAL
-            .region_memory_bytes
-            .fetch_sub(Region::memory(region.pinned.range().page_count()), Relaxed);
     }
 
-    /// A region left for NVIDIA's callback ([`Inner::release`]) is no longer waiting for it.
-    pub(super) fn undefer(&mut self, region: &Region) {
-        let book = region.book.access_mut(self);
-        if core::mem::replace(&mut book.deferred, false) {
-            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
-        }
+    /// What NVIDIA's free callback left for the context's lock
+    /// ([`Context::revoked`](super::Context)): the revoked region leaves the tree, the LRU and
+    /// the context's accounting, and is counted as a callback of the context.
+    pub(super) fn reap(&mut self, region: &Arc<Region>) {
+        self.forget(region);
+        self.settle(region);
+        self.stats.callbacks += 1;
     }
 
     /// Gives a region's pages back to NVIDIA, or leaves them to its callback when this is not
@@ -346,15 +337,14 @@ impl Inner {
         match Pinned::unpin(region) {
             Unpinned::Released | Unpinned::Revoked => {
                 self.settle(region);
+                region.tally.settle(&region.pinned);
                 // Left for the callback by a close elsewhere, and given back since by its
                 // owner (a kernel-API registration's unpin after its context was destroyed).
-                self.undefer(region);
+                region.tally.undefer();
             }
             Unpinned::LeftForCallback => {
-                let book = region.book.access_mut(self);
-                if !core::mem::replace(&mut book.deferred, true) {
+                if region.tally.defer() {
                     self.stats.deferred += 1;
-                    GLOBAL.deferred_live.add(1, Relaxed);
                 }
             }
         }
