@@ -44,6 +44,7 @@ use crate::{
 };
 
 mod handles;
+mod index;
 mod inner;
 mod kept;
 mod region;
@@ -167,7 +168,7 @@ impl Context {
                 events,
                 inner <- new_mutex!(
                     Inner {
-                        regions: [RBTree::new(), RBTree::new()],
+                        regions: Default::default(),
                         lru: List::new(),
                         handles: RBTree::new(),
                         spare_handles: KVec::new(),

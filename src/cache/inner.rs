@@ -12,6 +12,7 @@ use kernel::{
 
 use super::{
     handles::{page_offset_handle, page_offset_span, Numbering, PAGE_OFFSET_HANDLES},
+    index::Index,
     Handle, Region,
 };
 use crate::{
@@ -26,7 +27,7 @@ pub(crate) struct Inner {
     /// Pinned regions by start address, callback pins and persistent pins apart. Regions in a
     /// tree never overlap; a revoked region may linger until the context's next operation
     /// reaps it ([`Inner::reap`]), and is never a hit.
-    pub(super) regions: [RBTree<u64, Arc<Region>>; 2],
+    pub(super) regions: [Index<Arc<Region>>; 2],
     /// Unused regions, least recently used first: the first is evicted first. A region's
     /// place in it costs no allocation (its links are in the region).
     pub(super) lru: List<Region>,
@@ -85,11 +86,7 @@ impl Inner {
     /// The live region of `kind` that contains `range`, if any. Revoked regions found on
     /// the way are taken out at once.
     pub(super) fn lookup(&mut self, kind: PinKind, range: &GpuRange) -> Option<Arc<Region>> {
-        let tree = &self.regions[tree_index(kind)];
-        let candidate = match tree.cursor_lower_bound(&(range.start() + 1)) {
-            Some(c) => c.peek_prev().map(|(_, r)| r.clone()),
-            None => tree.cursor_back().map(|c| c.current().1.clone()),
-        }?;
+        let (_, candidate) = self.regions[tree_index(kind)].floor(range.start())?;
         if candidate.pinned.is_revoked() {
             self.forget(&candidate);
             return None;
@@ -109,33 +106,25 @@ impl Inner {
     ) -> Result<KVec<Arc<Region>>> {
         let mut found = KVec::new();
         let mut revoked = KVec::new();
-        let tree = &mut self.regions[tree_index(kind)];
+        let mut failed = Ok(());
         // The regions of a tree never overlap one another, so of those that start at or
         // before the range only the last can reach into it: the walk starts there, not at
         // the first region (a miss stays O(log n + overlaps) with many regions cached).
-        let first = match tree.cursor_lower_bound(&(range.start() + 1)) {
-            Some(c) => c.peek_prev().map_or(*c.current().0, |(start, _)| *start),
-            None => match tree.cursor_back() {
-                Some(c) => *c.current().0,
-                None => return Ok(found),
-            },
-        };
-        let mut cursor = tree.cursor_lower_bound_mut(&first);
-        while let Some(c) = cursor {
-            let region = c.current().1;
-            let r = region.pinned.range();
-            if r.start() >= range.end() {
-                break;
+        self.regions[tree_index(kind)].walk_from(range.start(), |start, region| {
+            if start >= range.end() {
+                return false;
             }
-            if r.overlaps(range) {
-                if region.pinned.is_revoked() {
-                    revoked.push(region.clone(), GFP_KERNEL)?;
+            if region.pinned.range().overlaps(range) {
+                let to = if region.pinned.is_revoked() {
+                    &mut revoked
                 } else {
-                    found.push(region.clone(), GFP_KERNEL)?;
-                }
+                    &mut found
+                };
+                failed = to.push(region.clone(), GFP_KERNEL);
             }
-            cursor = c.move_next();
-        }
+            failed.is_ok()
+        });
+        failed?;
         for region in revoked.iter() {
             self.forget(region);
         }
@@ -167,13 +156,8 @@ impl Inner {
 
     /// Puts a region in its kind's tree, where no region overlaps it.
     pub(super) fn insert(&mut self, region: &Arc<Region>) -> Result {
-        let tree = &mut self.regions[tree_index(region.pinned.kind())];
-        RBTree::try_create_and_insert(
-            tree,
-            region.pinned.range().start(),
-            region.clone(),
-            GFP_KERNEL,
-        )?;
+        self.regions[tree_index(region.pinned.kind())]
+            .insert(region.pinned.range().start(), region.clone())?;
         region.book.access_mut(self).in_tree = true;
         Ok(())
     }
@@ -187,10 +171,8 @@ impl Inner {
         book.in_tree = false;
         book.unused = false;
         if in_tree {
-            let tree = &mut self.regions[tree_index(kind)];
-            if tree.get(&start).is_some_and(|r| Arc::ptr_eq(r, region)) {
-                tree.remove(&start);
-            }
+            // Never allocates: a forget cannot fail.
+            drop(self.regions[tree_index(kind)].remove_if(start, |r| Arc::ptr_eq(r, region)));
         }
         if unused {
             self.lru_remove(region);

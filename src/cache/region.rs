@@ -269,22 +269,25 @@ impl Region {
     }
 
     /// gdrpeer's own memory for a cached region of `pages` pages, as the slab rounds each
-    /// allocation: the region (with its `Arc` count and its LRU links), its node in the region
-    /// tree, the notifier node it keeps once a handle had an event, and its array of bus
-    /// addresses. Its DMA mappings for peers are not counted: a region needs none to be cached.
+    /// allocation: the region (with its `Arc` count and its LRU links), the notifier node it
+    /// keeps once a handle had an event, its array of bus addresses, and its entry in the
+    /// region index, counted twice for the room a bucket keeps (a bucket's tree node is shared
+    /// by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not
+    /// counted: a region needs none to be cached.
     pub(super) fn memory(pages: u32) -> u64 {
         use core::mem::size_of;
         type Node<K, V> = (K, V, kernel::bindings::rb_node);
         let parts = [
             size_of::<usize>() + size_of::<Region>(),
-            size_of::<Node<u64, Arc<Region>>>(),
             size_of::<Node<u64, Watcher>>(),
             pages as usize * size_of::<u64>(),
         ];
+        let entry = 2 * size_of::<(u64, Arc<Region>)>();
         parts
             .iter()
             .map(|&n| crate::sys::kmalloc_size(n) as u64)
-            .sum()
+            .sum::<u64>()
+            + entry as u64
     }
 
     /// The pin behind the region.
