@@ -19,12 +19,18 @@
 use core::any::Any;
 
 use kernel::{
-    list::List,
-    new_mutex,
+    list::{List, ListArc},
+    new_mutex, new_spinlock,
     prelude::*,
     rbtree::RBTree,
-    sync::{aref::ARef, atomic::Relaxed, Arc, Mutex},
+    sync::{
+        aref::ARef,
+        atomic::{Acquire, Atomic, Relaxed, Release},
+        lock::{mutex::MutexBackend, Guard},
+        Arc, Mutex, SpinLock,
+    },
     task::Task,
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
 use crate::{
@@ -38,6 +44,7 @@ use crate::{
 };
 
 mod handles;
+mod index;
 mod inner;
 mod kept;
 mod region;
@@ -75,6 +82,36 @@ pub(crate) struct Context {
     events: Option<Arc<Events>>,
     #[pin]
     inner: Mutex<Inner>,
+    /// Regions NVIDIA's free callback revoked, which the context's next operation takes out of
+    /// its cache ([`Context::lock`]): the callback cannot take [`Context::inner`] (NVIDIA's lock,
+    /// under which it runs, comes after it). A leaf at lock 4 of the crate's order.
+    #[pin]
+    revoked: SpinLock<Revoked>,
+    /// Whether `revoked` has regions: the one thing each operation reads when it has none.
+    revoked_pending: Atomic<bool>,
+    /// Reaps `revoked` once the context is closed, when no operation will come.
+    #[pin]
+    work: Work<Context>,
+}
+
+/// A context's revoked regions, waiting for its lock ([`Context::revoked`]).
+struct Revoked {
+    list: List<Region, 1>,
+    /// The context is closed: a region revoked now is reaped by [`Context::work`].
+    closed: bool,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for Context { self.work }
+}
+
+impl WorkItem for Context {
+    type Pointer = Arc<Context>;
+
+    /// Reaps the regions revoked since the context closed.
+    fn run(this: Arc<Context>) {
+        drop(this.lock());
+    }
 }
 
 /// What PIN reports about a new handle.
@@ -131,7 +168,7 @@ impl Context {
                 events,
                 inner <- new_mutex!(
                     Inner {
-                        regions: [RBTree::new(), RBTree::new()],
+                        regions: Default::default(),
                         lru: List::new(),
                         handles: RBTree::new(),
                         spare_handles: KVec::new(),
@@ -145,11 +182,63 @@ impl Context {
                     },
                     "Context::inner"
                 ),
+                revoked <- new_spinlock!(
+                    Revoked {
+                        list: List::new(),
+                        closed: false,
+                    },
+                    "Context::revoked"
+                ),
+                revoked_pending: Atomic::new(false),
+                work <- new_work!("Context::work"),
             }),
             GFP_KERNEL,
         )?;
         GLOBAL.contexts.add(1, Relaxed);
         Ok(ctx)
+    }
+
+    /// Takes [`Context::inner`] and reaps the regions NVIDIA revoked since the last time
+    /// ([`Inner::reap`]). Every operation of the context takes its lock through this.
+    ///
+    /// A region reaped here may be dropped under the lock: its reference to the context is not
+    /// the last one, since the caller holds another.
+    fn lock(&self) -> Guard<'_, Inner, MutexBackend> {
+        let mut inner = self.inner.lock();
+        // Pairs with the callback's store under `revoked`: a region pushed before it is seen.
+        if self.revoked_pending.load(Acquire) {
+            let list = {
+                let mut revoked = self.revoked.lock();
+                self.revoked_pending.store(false, Relaxed);
+                core::mem::take(&mut revoked.list)
+            };
+            Self::reap(&mut inner, list);
+        }
+        inner
+    }
+
+    fn reap(inner: &mut Inner, mut list: List<Region, 1>) {
+        while let Some(item) = list.pop_front() {
+            inner.reap(&item.into_arc());
+        }
+    }
+
+    /// The free callback's hand-over of a revoked region ([`Region`]'s `PinOwner::revoked`),
+    /// under NVIDIA's lock: the region waits in [`Context::revoked`] for the context's next
+    /// operation, or, once the context is closed, for [`Context::work`].
+    fn push_revoked(self: Arc<Self>, region: ListArc<Region, 1>) {
+        let closed = {
+            let mut revoked = self.revoked.lock();
+            revoked.list.push_back(region);
+            self.revoked_pending.store(true, Release);
+            revoked.closed
+        };
+        if closed {
+            // Queued already: that run reaps this region too. The queue outlives every
+            // context (Env), and this is not the context's last reference: the region just
+            // listed holds one.
+            let _ = self.env.queue.queue().enqueue(self);
+        }
     }
 
     /// Whether the current process is the one that opened the context.
@@ -185,7 +274,7 @@ impl Context {
         sharing: Sharing,
         tokens: Tokens,
     ) -> Result<PinInfo> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let region = self.acquire(&mut inner, range, kind, sharing, tokens)?;
         let node = inner.new_handle(&range).and_then(|handle| {
             let node = inner.handle_node()?;
@@ -359,7 +448,7 @@ impl Context {
     /// [`Context::inner`]: it may take the locks that come after lock 1 in the crate's lock
     /// order (`i_mmap_rwsem`, page-table locks), never a `mmap_lock`.
     pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
         let (region, used, event) = (h.region.clone(), h.used.take(), h.event.take());
         if let Some(node) = inner.handles.remove_node(&handle) {
@@ -395,7 +484,7 @@ impl Context {
     /// which hold the region themselves). Give it back with [`Context::unhold`]. Closing the
     /// context releases the region like any other; the reference keeps only its memory.
     pub(crate) fn hold(self: &Arc<Self>, range: GpuRange) -> Result<Arc<Region>> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let region = self.acquire(
             &mut inner,
             range,
@@ -410,7 +499,7 @@ impl Context {
     /// Gives back a reference of [`Context::hold`]: the region stays cached (lazy unpin), or is
     /// released when it is out of the cache.
     pub(crate) fn unhold(&self, region: &Arc<Region>) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         self.drop_ref(&mut inner, region);
         inner.trim(&params::limits());
     }
@@ -421,7 +510,7 @@ impl Context {
         handle: u64,
         f: impl FnOnce(&Region, &GpuRange) -> Result<R>,
     ) -> Result<R> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         f(&h.region, &h.window)
     }
@@ -436,7 +525,7 @@ impl Context {
         handle: u64,
         attach: impl FnOnce(Option<Arc<U>>) -> Result<Arc<U>>,
     ) -> Result<(Arc<Region>, GpuRange, Arc<U>)> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let h = inner.handles.get_mut(&handle).ok_or(EINVAL)?;
         let current = match &h.used {
             Some(used) => Some(used.any.clone().downcast::<U>().map_err(|_| EINVAL)?),
@@ -453,7 +542,7 @@ impl Context {
     /// What GET_INFO reports, whether a front-end's use says the handle is busy included (one
     /// lookup).
     pub(crate) fn info(&self, handle: u64) -> Result<HandleInfo> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         let region = &h.region;
         Ok(HandleInfo {
@@ -468,14 +557,23 @@ impl Context {
 
     /// The context's counters.
     pub(crate) fn stats(&self) -> Stats {
-        self.inner.lock().stats
+        self.lock().stats
     }
 
     /// Closes the context: every region is unpinned, or, when this is not the pinning
     /// process, left to NVIDIA's callback (which frees it when the memory goes).
     pub(crate) fn close(&self) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         inner.closed = true;
+        // Regions revoked from here on are reaped by the context's work item; those revoked
+        // since the lock was taken are reaped now, before the trees are emptied.
+        let late = {
+            let mut revoked = self.revoked.lock();
+            revoked.closed = true;
+            self.revoked_pending.store(false, Relaxed);
+            core::mem::take(&mut revoked.list)
+        };
+        Self::reap(&mut inner, late);
         let handles = core::mem::take(&mut inner.handles);
         let lru = core::mem::take(&mut inner.lru);
         // Taken out whole, so that nothing here allocates: a close cannot fail, and a region
@@ -507,7 +605,7 @@ impl Context {
         &self,
         mut f: impl FnMut(&Region, u64, bool) -> Result<(), E>,
     ) -> Result<(), E> {
-        let inner = self.inner.lock();
+        let inner = self.lock();
         for tree in inner.regions.iter() {
             for (_, region) in tree.iter() {
                 let book = region.book.access(&inner);

@@ -61,7 +61,9 @@
 //!    `Region::notifiers` (spinlock, [`cache`]): a region's notifiers; `Mappings::state`
 //!    (spinlock, [`files`]): a handle's mappings and their faults; `Events::queue` (spinlock,
 //!    [`events`]): a context's events; `ExportState::state` (spinlock, [`export`]): a
-//!    dma-buf's revocation and its importers' mappings. Never held together, never held across a call out of
+//!    dma-buf's revocation and its importers' mappings; `Context::revoked` (spinlock,
+//!    [`cache`]): the regions NVIDIA revoked that the context has not reaped yet. Never held
+//!    together, never held across a call out of
 //!    gdrpeer, never held while sleeping (the waits for a notifier in progress and for faults
 //!    release theirs).
 //! 5. `Iovas::state` (mutex, [`iova`]): the DMA mappings of pinned pages, shared by page and
@@ -72,9 +74,12 @@
 //! one reader while it copies events to user space, and `GdrdrvFile::extra` (mutex,
 //! [`gdrdrv`]), a gdrdrv file's per-handle data, taken before or after lock 1, never with it.
 //!
-//! The free callback takes only locks of levels 4 and 5: the rest of its work (taking the
-//! region out of the tree and out of the accounting) is queued to the engine's work item, which
-//! takes 1 then 3 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding lock 1.
+//! The free callback takes only locks of levels 4 and 5: it settles the region's global
+//! counters with atomics and lists the region on its context (`Context::revoked`); taking it
+//! out of the tree, the LRU and the context's accounting is left to the context's next
+//! operation under lock 1, or, once the context is closed, to the context's work item, which
+//! takes lock 1 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding
+//! lock 1.
 //!
 //! CPU mappings ([`files`] over [`vma`]) bring the kernel's mm locks in: a process's
 //! `mmap_lock` comes before lock 1 (mmap looks the handle up under it); the file's

@@ -12,6 +12,7 @@ use kernel::{
 
 use super::{
     handles::{page_offset_handle, page_offset_span, Numbering, PAGE_OFFSET_HANDLES},
+    index::Index,
     Handle, Region,
 };
 use crate::{
@@ -24,9 +25,9 @@ use crate::{
 /// The state of a context's cache, protected by [`Context::inner`](super::Context::inner).
 pub(crate) struct Inner {
     /// Pinned regions by start address, callback pins and persistent pins apart. Regions in a
-    /// tree never overlap; a revoked region may linger until [`Region::run`] removes it, and
-    /// is never a hit.
-    pub(super) regions: [RBTree<u64, Arc<Region>>; 2],
+    /// tree never overlap; a revoked region may linger until the context's next operation
+    /// reaps it ([`Inner::reap`]), and is never a hit.
+    pub(super) regions: [Index<Arc<Region>>; 2],
     /// Unused regions, least recently used first: the first is evicted first. A region's
     /// place in it costs no allocation (its links are in the region).
     pub(super) lru: List<Region>,
@@ -48,10 +49,8 @@ pub(super) struct Book {
     pub(super) unused: bool,
     /// Whether the region is in `Inner::regions`.
     pub(super) in_tree: bool,
-    /// Whether its bytes are counted in the context and globally.
+    /// Whether its bytes are counted in the context (globally: `Region::tally`).
     pub(super) accounted: bool,
-    /// Whether it was left for NVIDIA's callback by a close in another process.
-    pub(super) deferred: bool,
     /// Kept references on it ([`Context::keep_handle`](super::Context::keep_handle)), each
     /// also counted in `refs`. They keep it pinned after the context closes.
     pub(super) kept: u64,
@@ -87,11 +86,7 @@ impl Inner {
     /// The live region of `kind` that contains `range`, if any. Revoked regions found on
     /// the way are taken out at once.
     pub(super) fn lookup(&mut self, kind: PinKind, range: &GpuRange) -> Option<Arc<Region>> {
-        let tree = &self.regions[tree_index(kind)];
-        let candidate = match tree.cursor_lower_bound(&(range.start() + 1)) {
-            Some(c) => c.peek_prev().map(|(_, r)| r.clone()),
-            None => tree.cursor_back().map(|c| c.current().1.clone()),
-        }?;
+        let (_, candidate) = self.regions[tree_index(kind)].floor(range.start())?;
         if candidate.pinned.is_revoked() {
             self.forget(&candidate);
             return None;
@@ -111,33 +106,25 @@ impl Inner {
     ) -> Result<KVec<Arc<Region>>> {
         let mut found = KVec::new();
         let mut revoked = KVec::new();
-        let tree = &mut self.regions[tree_index(kind)];
+        let mut failed = Ok(());
         // The regions of a tree never overlap one another, so of those that start at or
         // before the range only the last can reach into it: the walk starts there, not at
         // the first region (a miss stays O(log n + overlaps) with many regions cached).
-        let first = match tree.cursor_lower_bound(&(range.start() + 1)) {
-            Some(c) => c.peek_prev().map_or(*c.current().0, |(start, _)| *start),
-            None => match tree.cursor_back() {
-                Some(c) => *c.current().0,
-                None => return Ok(found),
-            },
-        };
-        let mut cursor = tree.cursor_lower_bound_mut(&first);
-        while let Some(c) = cursor {
-            let region = c.current().1;
-            let r = region.pinned.range();
-            if r.start() >= range.end() {
-                break;
+        self.regions[tree_index(kind)].walk_from(range.start(), |start, region| {
+            if start >= range.end() {
+                return false;
             }
-            if r.overlaps(range) {
-                if region.pinned.is_revoked() {
-                    revoked.push(region.clone(), GFP_KERNEL)?;
+            if region.pinned.range().overlaps(range) {
+                let to = if region.pinned.is_revoked() {
+                    &mut revoked
                 } else {
-                    found.push(region.clone(), GFP_KERNEL)?;
-                }
+                    &mut found
+                };
+                failed = to.push(region.clone(), GFP_KERNEL);
             }
-            cursor = c.move_next();
-        }
+            failed.is_ok()
+        });
+        failed?;
         for region in revoked.iter() {
             self.forget(region);
         }
@@ -169,13 +156,8 @@ impl Inner {
 
     /// Puts a region in its kind's tree, where no region overlaps it.
     pub(super) fn insert(&mut self, region: &Arc<Region>) -> Result {
-        let tree = &mut self.regions[tree_index(region.pinned.kind())];
-        RBTree::try_create_and_insert(
-            tree,
-            region.pinned.range().start(),
-            region.clone(),
-            GFP_KERNEL,
-        )?;
+        self.regions[tree_index(region.pinned.kind())]
+            .insert(region.pinned.range().start(), region.clone())?;
         region.book.access_mut(self).in_tree = true;
         Ok(())
     }
@@ -189,10 +171,8 @@ impl Inner {
         book.in_tree = false;
         book.unused = false;
         if in_tree {
-            let tree = &mut self.regions[tree_index(kind)];
-            if tree.get(&start).is_some_and(|r| Arc::ptr_eq(r, region)) {
-                tree.remove(&start);
-            }
+            // Never allocates: a forget cannot fail.
+            drop(self.regions[tree_index(kind)].remove_if(start, |r| Arc::ptr_eq(r, region)));
         }
         if unused {
             self.lru_remove(region);
@@ -309,14 +289,11 @@ impl Inner {
         region.book.access_mut(self).accounted = true;
         self.stats.pinned_bytes += len;
         self.stats.regions += 1;
-        GLOBAL.pinned_bytes.add(len, Relaxed);
-        GLOBAL.regions.add(1, Relaxed);
-        GLOBAL
-            .region_memory_bytes
-            .add(Region::memory(region.pinned.range().page_count()), Relaxed);
+        region.tally.count(&region.pinned);
     }
 
-    /// Takes a region's bytes out of the accounting, once.
+    /// Takes a region's bytes out of the context's accounting, once. Its global share goes
+    /// with its release or NVIDIA's callback ([`Tally`](super::region::Tally)).
     pub(super) fn settle(&mut self, region: &Region) {
         let book = region.book.access_mut(self);
         if !core::mem::replace(&mut book.accounted, false) {
@@ -325,19 +302,15 @@ impl Inner {
         let len = region.pinned.range().len();
         self.stats.pinned_bytes -= len;
         self.stats.regions -= 1;
-        GLOBAL.pinned_bytes.fetch_sub(len, Relaxed);
-        GLOBAL.regions.fetch_sub(1, Relaxed);
-        GLOBAL
-            .region_memory_bytes
-            .fetch_sub(Region::memory(region.pinned.range().page_count()), Relaxed);
     }
 
-    /// A region left for NVIDIA's callback ([`Inner::release`]) is no longer waiting for it.
-    pub(super) fn undefer(&mut self, region: &Region) {
-        let book = region.book.access_mut(self);
-        if core::mem::replace(&mut book.deferred, false) {
-            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
-        }
+    /// What NVIDIA's free callback left for the context's lock
+    /// ([`Context::revoked`](super::Context)): the revoked region leaves the tree, the LRU and
+    /// the context's accounting, and is counted as a callback of the context.
+    pub(super) fn reap(&mut self, region: &Arc<Region>) {
+        self.forget(region);
+        self.settle(region);
+        self.stats.callbacks += 1;
     }
 
     /// Gives a region's pages back to NVIDIA, or leaves them to its callback when this is not
@@ -346,15 +319,14 @@ impl Inner {
         match Pinned::unpin(region) {
             Unpinned::Released | Unpinned::Revoked => {
                 self.settle(region);
+                region.tally.settle(&region.pinned);
                 // Left for the callback by a close elsewhere, and given back since by its
                 // owner (a kernel-API registration's unpin after its context was destroyed).
-                self.undefer(region);
+                region.tally.undefer();
             }
             Unpinned::LeftForCallback => {
-                let book = region.book.access_mut(self);
-                if !core::mem::replace(&mut book.deferred, true) {
+                if region.tally.defer() {
                     self.stats.deferred += 1;
-                    GLOBAL.deferred_live.add(1, Relaxed);
                 }
             }
         }

@@ -23,7 +23,7 @@ impl Context {
         handle: u64,
         persistent: bool,
     ) -> Result<(Arc<Region>, GpuRange)> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         let (region, window) = (h.region.clone(), h.window);
         if persistent && region.pinned.kind() != PinKind::Persistent {
@@ -55,7 +55,7 @@ impl Context {
             PinKind::Callback => Sharing::Cached,
             PinKind::Persistent => Sharing::Private,
         };
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         let region = self.acquire(&mut inner, range, kind, sharing, Tokens::default())?;
         region.book.access_mut(&mut inner).kept += 1;
         inner.trim(&params::limits());
@@ -66,7 +66,7 @@ impl Context {
     /// region goes back to the cache, or is released when nothing else holds it and it is out
     /// of the cache (the context closed, a merge replaced it, NVIDIA freed it).
     pub(crate) fn unkeep(&self, region: &Arc<Region>) {
-        let mut inner = self.inner.lock();
+        let mut inner = self.lock();
         region.book.access_mut(&mut inner).kept -= 1;
         // No trim here: this may run in any process or a kernel thread (wherever the keeper
         // goes), which could not give evicted regions back; the next pin trims.

@@ -4,12 +4,15 @@
 //! notifiers on it.
 
 use kernel::{
-    list::{AtomicTracker, ListLinks, TryNewListArc},
+    list::{AtomicTracker, ListArc, ListLinks, TryNewListArc},
     new_condvar, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
-    sync::{aref::ARef, atomic::Relaxed, Arc, CondVar, LockedBy, SpinLock},
-    workqueue::{impl_has_work, new_work, Work, WorkItem},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Full, Relaxed},
+        Arc, CondVar, LockedBy, SpinLock,
+    },
 };
 
 use super::{inner::Book, Context, Inner};
@@ -59,27 +62,32 @@ pub(crate) struct Region {
     /// Signalled when the free callback has called the notifiers (`Notifiers::running`).
     #[pin]
     pub(super) notified: CondVar,
-    #[pin]
-    pub(super) work: Work<Region>,
+    /// Its share of the global counters, settled by its release or NVIDIA's free callback,
+    /// whichever comes first ([`Tally`]).
+    pub(super) tally: Tally,
     /// Its place in `Inner::lru`, used by no other list.
     #[pin]
     pub(super) lru_links: ListLinks,
     #[pin]
     pub(super) lru_track: AtomicTracker,
+    /// Its place in its context's list of revoked regions (`Context::revoked`), where NVIDIA's
+    /// free callback puts it, once, for the context to drop at its next operation.
+    #[pin]
+    pub(super) revoked_links: ListLinks<1>,
     #[pin]
     pub(super) pinned: Pinned,
 }
 
-impl_has_work! {
-    impl HasWork<Self> for Region { self.work }
-}
-
 kernel::list::impl_list_arc_safe! {
     impl ListArcSafe<0> for Region { tracked_by lru_track: AtomicTracker; }
+    // Only the free callback makes a `ListArc<Region, 1>`, from its own reference, and NVIDIA
+    // calls back at most once per pin (`PinOwner::revoked`): nothing to track.
+    impl ListArcSafe<1> for Region { untracked; }
 }
 
 kernel::list::impl_list_item! {
     impl ListItem<0> for Region { using ListLinks { self.lru_links }; }
+    impl ListItem<1> for Region { using ListLinks { self.revoked_links }; }
 }
 
 impl PinOwner for Region {
@@ -88,11 +96,16 @@ impl PinOwner for Region {
     }
 
     fn revoked(this: Arc<Self>) {
-        // Under NVIDIA's lock: only queue. The queue outlives every region (Env).
-        let queue = this.ctx.env.queue.queue();
-        if queue.enqueue(this).is_err() {
-            pr_err!("revoked region queued twice\n");
-        }
+        // Under NVIDIA's lock, which comes after the context's (lock 1): the global counters
+        // are settled here (atomics); the rest waits for the context's next operation.
+        this.tally.on_callback(&this.pinned);
+        GLOBAL.callbacks.add(1, Relaxed);
+        let ctx = this.ctx.clone();
+        // SAFETY: `this` is the callback's own reference (an `Arc` of a live region); NVIDIA
+        // calls back at most once per pin, and a region has one pin, so no other
+        // `ListArc<Region, 1>` of it was ever made (the ID's tracking is `untracked`).
+        let item = unsafe { ListArc::<Region, 1>::from_raw(Arc::into_raw(this)) };
+        ctx.push_revoked(item);
     }
 
     fn invalidate(&self) {
@@ -110,17 +123,108 @@ impl PinOwner for Region {
     }
 }
 
-impl WorkItem for Region {
-    type Pointer = Arc<Region>;
+/// A region's share of the global counters ([`GLOBAL`]: its bytes and memory, and whether it
+/// waits for NVIDIA's callback), settled exactly once by whichever of its release (under the
+/// context's lock) and NVIDIA's free callback (which cannot take that lock) comes first; each
+/// step is one compare-and-exchange of these bits.
+pub(super) struct Tally(Atomic<u32>);
 
-    /// The part of the free callback that needs the context's lock.
-    fn run(this: Arc<Region>) {
-        let mut inner = this.ctx.inner.lock();
-        inner.forget(&this);
-        inner.settle(&this);
-        inner.stats.callbacks += 1;
-        GLOBAL.callbacks.add(1, Relaxed);
-        inner.undefer(&this);
+impl Tally {
+    /// Its bytes are in the global counters (set after they were added).
+    const COUNTED: u32 = 1 << 0;
+    /// Its bytes are taken out, or never to be counted: set by the first settlement.
+    const SETTLED: u32 = 1 << 1;
+    /// Counted in `GLOBAL.deferred_live`: left for the callback by a close elsewhere.
+    const DEFERRED: u32 = 1 << 2;
+    /// The callback ran: never deferred again.
+    const CALLED: u32 = 1 << 3;
+
+    pub(super) const fn new() -> Self {
+        Tally(Atomic::new(0))
+    }
+
+    /// Applies `f` to the bits atomically; the bits before, or `None` where `f` changed nothing.
+    fn update(&self, f: impl Fn(u32) -> Option<u32>) -> Option<u32> {
+        let mut old = self.0.load(Relaxed);
+        loop {
+            let new = f(old)?;
+            // Fully ordered: a settlement that sees another's bit also sees its counters.
+            match self.0.cmpxchg(old, new, Full) {
+                Ok(_) => return Some(old),
+                Err(now) => old = now,
+            }
+        }
+    }
+
+    /// Adds the region's bytes and memory to the global counters, unless it was settled
+    /// already (a callback during the pin), in which case they are taken out again at once.
+    pub(super) fn count(&self, pinned: &Pinned) {
+        global_add(pinned, true);
+        let old = self.update(|s| Some(s | Self::COUNTED)).unwrap_or(0);
+        if old & Self::SETTLED != 0 {
+            global_add(pinned, false);
+        }
+    }
+
+    /// Takes the region's bytes and memory out of the global counters, once.
+    pub(super) fn settle(&self, pinned: &Pinned) {
+        let old = self.update(|s| Some(s | Self::SETTLED)).unwrap_or(0);
+        if old & (Self::COUNTED | Self::SETTLED) == Self::COUNTED {
+            global_add(pinned, false);
+        }
+    }
+
+    /// Counts the region as left for the callback, unless it is already or the callback ran.
+    /// Whether it was counted now.
+    pub(super) fn defer(&self) -> bool {
+        // Counted first, so that the callback's decrement never comes before the increment.
+        GLOBAL.deferred_live.add(1, Relaxed);
+        let deferred = self
+            .update(|s| (s & (Self::DEFERRED | Self::CALLED) == 0).then_some(s | Self::DEFERRED))
+            .is_some();
+        if !deferred {
+            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
+        }
+        deferred
+    }
+
+    /// A region left for the callback is given back by its owner after all: no longer waiting.
+    pub(super) fn undefer(&self) {
+        if self
+            .update(|s| (s & Self::DEFERRED != 0).then_some(s & !Self::DEFERRED))
+            .is_some()
+        {
+            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// NVIDIA's free callback: settles the bytes and ends the wait, in one step.
+    fn on_callback(&self, pinned: &Pinned) {
+        let old = self
+            .update(|s| Some((s | Self::CALLED | Self::SETTLED) & !Self::DEFERRED))
+            .unwrap_or(0);
+        if old & Self::DEFERRED != 0 {
+            GLOBAL.deferred_live.fetch_sub(1, Relaxed);
+        }
+        if old & (Self::COUNTED | Self::SETTLED) == Self::COUNTED {
+            global_add(pinned, false);
+        }
+    }
+}
+
+/// Adds (or, `add` false, subtracts) a pin's bytes and gdrpeer's memory for its region to the
+/// global counters.
+fn global_add(pinned: &Pinned, add: bool) {
+    let len = pinned.range().len();
+    let memory = Region::memory(pinned.range().page_count());
+    if add {
+        GLOBAL.pinned_bytes.add(len, Relaxed);
+        GLOBAL.regions.add(1, Relaxed);
+        GLOBAL.region_memory_bytes.add(memory, Relaxed);
+    } else {
+        GLOBAL.pinned_bytes.fetch_sub(len, Relaxed);
+        GLOBAL.regions.fetch_sub(1, Relaxed);
+        GLOBAL.region_memory_bytes.fetch_sub(memory, Relaxed);
     }
 }
 
@@ -141,7 +245,6 @@ impl Region {
                         unused: false,
                         in_tree: false,
                         accounted: false,
-                        deferred: false,
                         kept: 0,
                     }
                 ),
@@ -155,9 +258,10 @@ impl Region {
                     "Region::notifiers"
                 ),
                 notified <- new_condvar!("Region::notified"),
-                work <- new_work!("Region::work"),
+                tally: Tally::new(),
                 lru_links <- ListLinks::new(),
                 lru_track <- AtomicTracker::new(),
+                revoked_links <- ListLinks::new(),
                 pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate, &ctx.env.iovas),
             }),
             GFP_KERNEL,
@@ -165,22 +269,25 @@ impl Region {
     }
 
     /// gdrpeer's own memory for a cached region of `pages` pages, as the slab rounds each
-    /// allocation: the region (with its `Arc` count and its LRU links), its node in the region
-    /// tree, the notifier node it keeps once a handle had an event, and its array of bus
-    /// addresses. Its DMA mappings for peers are not counted: a region needs none to be cached.
+    /// allocation: the region (with its `Arc` count and its LRU links), the notifier node it
+    /// keeps once a handle had an event, its array of bus addresses, and its entry in the
+    /// region index, counted twice for the room a bucket keeps (a bucket's tree node is shared
+    /// by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not
+    /// counted: a region needs none to be cached.
     pub(super) fn memory(pages: u32) -> u64 {
         use core::mem::size_of;
         type Node<K, V> = (K, V, kernel::bindings::rb_node);
         let parts = [
             size_of::<usize>() + size_of::<Region>(),
-            size_of::<Node<u64, Arc<Region>>>(),
             size_of::<Node<u64, Watcher>>(),
             pages as usize * size_of::<u64>(),
         ];
+        let entry = 2 * size_of::<(u64, Arc<Region>)>();
         parts
             .iter()
             .map(|&n| crate::sys::kmalloc_size(n) as u64)
-            .sum()
+            .sum::<u64>()
+            + entry as u64
     }
 
     /// The pin behind the region.

@@ -333,6 +333,7 @@ run_plan() {
 	kunit_results gdrpeer_range
 	kunit_results gdrpeer_cache
 	kunit_results gdrpeer_cache_inner
+	kunit_results gdrpeer_cache_index
 	kunit_results gdrpeer_handles
 	kunit_results gdrpeer_gate
 	kunit_results gdrpeer_export
