@@ -154,6 +154,16 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
         let peer = ARef::from(unsafe { &*peer.cast::<pci::Device>() });
         let mr = pin(ctx, &peer, va, len, Invalidate { f, data })?;
         let window = mr.window;
+        // The mapping's array, held by the registration until its unpin (`pin` checked that
+        // the window lies in it).
+        let dma_addrs = match mr.dma.window_addresses(&window) {
+            Ok(addrs) => addrs.as_ptr(),
+            Err(e) => {
+                // Taken back before the drop, as gdrpeer_rs_mr_unpin does.
+                mr.unregister();
+                return Err(e);
+            }
+        };
         // SAFETY: `info` is writable (the function's contract).
         unsafe {
             info.write(bindings::gdrpeer_mr_info {
@@ -161,8 +171,7 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
                 offset: window.offset(),
                 page_count: window.page_count(),
                 page_size: GPU_PAGE_SIZE as u32,
-                // The mapping's array, held by the registration until its unpin.
-                dma_addrs: mr.dma.window_addresses(&window)?.as_ptr(),
+                dma_addrs,
             })
         };
         Ok(KBox::into_raw(mr).cast())
