@@ -443,8 +443,9 @@ impl Context {
     /// private region ([`Sharing::Private`]) is given back at once.
     ///
     /// A handle with a front-end's use ([`Context::attach`]) has it ended first
-    /// ([`HandleUse::end`]), and then `unmap` is called to undo what the use made, before the
-    /// region may be released: nothing of the use survives the handle. `unmap` runs under
+    /// ([`HandleUse::end`]), and then, where the use says something is left, `unmap` is called
+    /// to undo what the use made, before the region may be released: nothing of the use
+    /// survives the handle. `unmap` runs under
     /// [`Context::inner`]: it may take the locks that come after lock 1 in the crate's lock
     /// order (`i_mmap_rwsem`, page-table locks), never a `mmap_lock`.
     pub(crate) fn unpin(&self, handle: u64, unmap: impl FnOnce()) -> Result {
@@ -454,8 +455,7 @@ impl Context {
         if let Some(node) = inner.handles.remove_node(&handle) {
             inner.keep_handle_node(node.into_reservation());
         }
-        if let Some(used) = &used {
-            used.ops.end();
+        if used.as_ref().is_some_and(|used| used.ops.end()) {
             unmap();
         }
         inner.stats.handles -= 1;
@@ -545,12 +545,13 @@ impl Context {
         let inner = self.lock();
         let h = inner.handles.get(&handle).ok_or(EINVAL)?;
         let region = &h.region;
+        let (revoked, cpu_cacheable) = region.pinned.revoked_and_cacheable();
         Ok(HandleInfo {
             window: h.window,
             region: *region.pinned.range(),
             kind: region.pinned.kind(),
-            revoked: region.pinned.is_revoked(),
-            cpu_cacheable: region.pinned.cpu_cacheable(),
+            revoked,
+            cpu_cacheable,
             busy: h.used.as_ref().is_some_and(|used| used.ops.busy()),
         })
     }

@@ -10,6 +10,7 @@
 //! the byte in the window in the low ones; on `/dev/gdrdrv` a handle is itself the offset in
 //! pages of its window, as gdrdrv numbers them ([`crate::cache::Numbering::PageOffsets`]).
 
+use core::ptr::NonNull;
 use kernel::{
     bindings,
     fs::File,
@@ -17,7 +18,12 @@ use kernel::{
     mm::virt::VmaNew,
     page::PAGE_SHIFT,
     prelude::*,
-    sync::{aref::ARef, poll::PollTable, Arc},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        poll::PollTable,
+        Arc,
+    },
     transmute::AsBytes,
     types::ScopeGuard,
 };
@@ -96,6 +102,10 @@ impl MapAt {
 /// ([`Mappings`]) and zaps them ([`unmap_handle`]); when NVIDIA frees the memory, the free
 /// callback zaps every mapping of the window ([`Zap`]) after the last fault left and before
 /// the table is freed. Either way later faults get SIGBUS.
+///
+/// One allocation: the [`Zap`] is lent to the region's notifier list from here
+/// ([`Region::add_lent_notifier`]) and taken back when the last vma goes
+/// ([`PfnMapper::release`]), before this is dropped.
 pub(crate) struct CpuMap {
     region: Arc<Region>,
     window: GpuRange,
@@ -103,8 +113,10 @@ pub(crate) struct CpuMap {
     base: usize,
     /// The handle's mappings, put when this goes.
     mappings: Arc<Mappings>,
-    /// The [`Zap`] registered on the region.
-    notifier: u64,
+    /// The zap of the window's mappings, lent to the region while `notifier` is not 0.
+    zap: Zap,
+    /// The id of `zap` on the region while it is registered, 0 when it is not.
+    notifier: Atomic<u64>,
     /// Write-combining reserved for the window's pages, for a write-combining mapping.
     _wc: Option<WcReservation>,
 }
@@ -140,35 +152,61 @@ impl CpuMap {
         if offset.checked_add(len).is_none_or(|end| end > window.len()) {
             return Err(EINVAL);
         }
-        let zap = Zap {
-            file: ARef::from(file),
-            base,
-            pages: (window.len() >> PAGE_SHIFT) as usize,
-        };
-        // -ENXIO once the memory was freed.
-        let notifier = region.add_notifier(KBox::new(zap, GFP_KERNEL)?)?;
-        let mut map = CpuMap {
-            region,
-            window,
-            base,
-            mappings: mappings.dismiss(),
-            notifier,
-            _wc: None,
-        };
-        // Dropping `map` on failure undoes what it holds.
-        let caching = mapping_caching(&map.region, allow_cached);
-        if caching == Caching::WriteCombining {
+        let caching = mapping_caching(&region, allow_cached);
+        let wc = match caching {
             // The whole window, as the vma may be moved or split over it. Held until the
             // mapping goes, also past a revocation, as a mapping made at once would hold it.
-            let pages = map.region.window_addresses(&map.window, None)?;
-            map._wc = Some(WcReservation::new(&pages, GPU_PAGE_SIZE)?);
-        }
-        vma::install(vma, caching, Arc::new(map, GFP_KERNEL)?);
+            // The region's own addresses, read in place. -ENXIO once the memory was freed.
+            Caching::WriteCombining => Some(WcReservation::new(
+                region.window_bus_addresses(&window)?,
+                GPU_PAGE_SIZE,
+            )?),
+            Caching::Cached => None,
+        };
+        let map = Arc::new(
+            CpuMap {
+                region,
+                window,
+                base,
+                mappings: mappings.dismiss(),
+                zap: Zap {
+                    file: ARef::from(file),
+                    base,
+                    pages: (window.len() >> PAGE_SHIFT) as usize,
+                },
+                notifier: Atomic::new(0),
+                _wc: wc,
+            },
+            GFP_KERNEL,
+        )?;
+        // Dropping `map` on failure undoes what it holds (it is not registered then).
+        // SAFETY: `zap` lives in the `Arc`, which is dropped only after `CpuMap::unregister`
+        // has returned (`PfnMapper::release`, when the last vma goes, or below on failure),
+        // and nothing borrows it mutably before (the `Arc` is shared; its drop comes after).
+        // -ENXIO once the memory was freed.
+        let id = unsafe { map.region.add_lent_notifier(NonNull::from(&map.zap)) }?;
+        map.notifier.store(id, Relaxed);
+        vma::install(vma, caching, map);
         Ok(caching)
+    }
+
+    /// Unregisters the [`Zap`], if registered: once this returns the callback does not call
+    /// it and the region's list no longer points at it. Waits if the callback is zapping.
+    fn unregister(&self) {
+        let id = self.notifier.xchg(0, Relaxed);
+        if id != 0 {
+            self.region.remove_notifier(id);
+        }
     }
 }
 
 impl PfnMapper for CpuMap {
+    /// The last vma of the mapping goes: the zap is taken back from the region (waiting if
+    /// the callback is calling it), through this shared reference, before the drop.
+    fn release(&self) {
+        self.unregister();
+    }
+
     fn fault(&self, fault: &Fault<'_>) -> FaultResult {
         let Some(page) = fault.pgoff().checked_sub(self.base) else {
             return FaultResult::SIGBUS;
@@ -201,8 +239,8 @@ impl PfnMapper for CpuMap {
 
 impl Drop for CpuMap {
     fn drop(&mut self) {
-        // Waits if the free callback is zapping meanwhile; the vmas still hold the file.
-        self.region.remove_notifier(self.notifier);
+        // Unregistered already (`PfnMapper::release`), or never registered: a no-op.
+        self.unregister();
         self.mappings.put();
     }
 }
@@ -211,7 +249,7 @@ impl Drop for CpuMap {
 /// that maps the handle's offsets, in any process (the region's readers are gone by then,
 /// so no fault re-inserts a page). Holds the file, which keeps its address space alive; the
 /// cycle through the file's context is broken when the mapping goes (the notifier is removed)
-/// or the callback consumes the notifier.
+/// or the callback has called the notifier.
 struct Zap {
     file: ARef<File>,
     base: usize,

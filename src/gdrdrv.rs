@@ -27,7 +27,7 @@ use kernel::{
     new_mutex,
     page::PAGE_SHIFT,
     prelude::*,
-    rbtree::RBTree,
+    rbtree::{RBTree, RBTreeNodeReservation},
     sync::{poll::PollTable, Mutex},
     time::{Instant, Monotonic},
     transmute::{AsBytes, FromBytes},
@@ -177,6 +177,7 @@ impl Gdrdrv {
 }
 
 /// What gdrdrv keeps per handle beyond the engine's.
+#[derive(Clone, Copy)]
 struct Extra {
     /// The mapping type REQ_MAPPING_TYPE asked for (`GDRDRV_MAPPING_TYPE_*`): NONE, the
     /// default, lets the mmap choose.
@@ -189,11 +190,40 @@ struct Extra {
     pages: usize,
 }
 
+/// The [`Extra`]s of a file's handles.
+struct Extras {
+    tree: RBTree<u64, Extra>,
+    /// The node of the last one removed, for the next handle: a PIN and its UNPIN allocate
+    /// nothing here once the file has had a handle.
+    spare: Option<RBTreeNodeReservation<u64, Extra>>,
+}
+
+impl Extras {
+    /// Adds a new handle's.
+    fn insert(&mut self, handle: u64, extra: Extra) -> Result {
+        let node = match self.spare.take() {
+            Some(node) => node,
+            None => RBTreeNodeReservation::new(GFP_KERNEL)?,
+        };
+        // A handle is new when its PIN returns: nothing is replaced.
+        self.tree.insert(node.into_node(handle, extra));
+        Ok(())
+    }
+
+    /// Removes a handle's, keeping its node.
+    fn remove(&mut self, handle: u64) -> Option<Extra> {
+        let extra = *self.tree.get(&handle)?;
+        let node = self.tree.remove_node(&handle)?.into_reservation();
+        self.spare.get_or_insert(node);
+        Some(extra)
+    }
+}
+
 /// The state of one open file of `/dev/gdrdrv`.
 pub(crate) struct GdrdrvFile {
     open: OpenFile,
     /// Per handle. Taken after `Context::inner` is released, never with it.
-    extra: Pin<KBox<Mutex<RBTree<u64, Extra>>>>,
+    extra: Pin<KBox<Mutex<Extras>>>,
 }
 
 #[vtable]
@@ -202,7 +232,11 @@ impl MiscDevice for GdrdrvFile {
 
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<KBox<Self>> {
         let open = OpenFile::new(Numbering::PageOffsets)?;
-        let extra = KBox::pin_init(new_mutex!(RBTree::new(), "GdrdrvFile::extra"), GFP_KERNEL)?;
+        let extras = Extras {
+            tree: RBTree::new(),
+            spare: None,
+        };
+        let extra = KBox::pin_init(new_mutex!(extras, "GdrdrvFile::extra"), GFP_KERNEL)?;
         Ok(KBox::new(GdrdrvFile { open, extra }, GFP_KERNEL)?)
     }
 
@@ -230,14 +264,20 @@ impl MiscDevice for GdrdrvFile {
         if info.busy || info.revoked || info.window.offset() != 0 {
             return Err(EINVAL);
         }
-        let asked = me.extra.lock().get(&handle).ok_or(EINVAL)?.mapping_type;
+        let asked = me
+            .extra
+            .lock()
+            .tree
+            .get(&handle)
+            .ok_or(EINVAL)?
+            .mapping_type;
         let at = MapAt {
             handle,
             offset: 0,
             base: pgoff,
         };
         let caching = CpuMap::install(ctx, file, vma, at, asked != abi::GDRDRV_MAPPING_TYPE_WC)?;
-        if let Some(x) = me.extra.lock().get_mut(&handle) {
+        if let Some(x) = me.extra.lock().tree.get_mut(&handle) {
             x.mapped_type = match caching {
                 Caching::Cached => abi::GDRDRV_MAPPING_TYPE_CACHING,
                 Caching::WriteCombining => abi::GDRDRV_MAPPING_TYPE_WC,
@@ -297,7 +337,7 @@ impl GdrdrvFile {
         let handle = pin(&mut v)?;
         writer.write(&v).inspect_err(|_| {
             let _ = self.open.ctx.unpin(handle, || {});
-            self.extra.lock().remove(&handle);
+            self.extra.lock().remove(handle);
         })
     }
 
@@ -351,7 +391,7 @@ impl GdrdrvFile {
         let pin_ns = start.elapsed().as_nanos() as u64;
         self.extra
             .lock()
-            .try_create_and_insert(
+            .insert(
                 info.handle,
                 Extra {
                     mapping_type: abi::GDRDRV_MAPPING_TYPE_NONE,
@@ -359,7 +399,6 @@ impl GdrdrvFile {
                     pin_ns,
                     pages: (info.window.len() >> PAGE_SHIFT) as usize,
                 },
-                GFP_KERNEL,
             )
             // The caller cannot use the handle: do not keep it (nothing maps it yet).
             .inspect_err(|_| {
@@ -372,7 +411,7 @@ impl GdrdrvFile {
     /// stays cached). A handle has its [`Extra`] from its PIN's return to its UNPIN, so one
     /// without is unknown (-EINVAL): the engine is asked only once, to unpin it.
     fn unpin(&self, file: &File, handle: u64) -> Result {
-        let pages = self.extra.lock().remove(&handle).ok_or(EINVAL)?.pages;
+        let pages = self.extra.lock().remove(handle).ok_or(EINVAL)?.pages;
         // The handle's offsets: only its mappings lie there.
         self.open
             .ctx
@@ -385,7 +424,7 @@ impl GdrdrvFile {
     fn info(&self, handle: u64) -> Result<(GpuRange, u64, u32)> {
         let info = self.open.ctx.info(handle)?;
         let extra = self.extra.lock();
-        let x = extra.get(&handle).ok_or(EINVAL)?;
+        let x = extra.tree.get(&handle).ok_or(EINVAL)?;
         let ty = if info.busy {
             x.mapped_type
         } else {
@@ -417,6 +456,7 @@ impl GdrdrvFile {
         }
         self.extra
             .lock()
+            .tree
             .get_mut(&r.handle)
             .ok_or(EINVAL)?
             .mapping_type = ty;

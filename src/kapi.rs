@@ -12,11 +12,16 @@ bindgen_module! {
     mod bindings = "kapi_generated.rs";
 }
 
+use core::ptr::NonNull;
 use kernel::{
     ffi::c_void,
     pci,
     prelude::*,
-    sync::{aref::ARef, Arc},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
     task::might_sleep,
     types::ScopeGuard,
 };
@@ -58,15 +63,35 @@ struct KapiCtx {
     ctx: Arc<Context>,
 }
 
-/// A `struct gdrpeer_mr`.
+/// A `struct gdrpeer_mr`: one allocation, which the region's notifier list points into
+/// ([`Region::add_lent_notifier`]) and which hands out the DMA mapping's own address array.
 struct KapiMr {
     ctx: Arc<Context>,
-    /// Held without a handle ([`Context::hold`]).
-    region: Arc<Region>,
-    notifier: u64,
-    /// Its use of the region's DMA mapping for the peer, whose addresses `addrs` are.
-    _dma: DmaUse,
-    addrs: KVVec<u64>,
+    /// Its use of the region's DMA mapping for the peer, whose addresses it hands out; the
+    /// region is held without a handle ([`Context::hold`]).
+    dma: DmaUse,
+    /// The window registered.
+    window: GpuRange,
+    /// The peer driver's callback, lent to the region's notifier list.
+    invalidate: Invalidate,
+    /// The id of `invalidate` on the region while it is registered, 0 when it is not.
+    notifier: Atomic<u64>,
+}
+
+impl KapiMr {
+    /// The region it holds.
+    fn region(&self) -> &Arc<Region> {
+        self.dma.region()
+    }
+
+    /// Unregisters the callback, if registered: once this returns it is not called and the
+    /// region's list no longer points at it. Waits for a callback in progress.
+    fn unregister(&self) {
+        let id = self.notifier.xchg(0, Relaxed);
+        if id != 0 {
+            self.region().remove_notifier(id);
+        }
+    }
 }
 
 fn api_result<T>(r: Result<*mut T>) -> *mut T {
@@ -128,24 +153,29 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
         // `#[repr(transparent)]` over `struct pci_dev`; `ARef::from` takes a reference on it.
         let peer = ARef::from(unsafe { &*peer.cast::<pci::Device>() });
         let mr = pin(ctx, &peer, va, len, Invalidate { f, data })?;
+        let window = mr.window;
+        // The mapping's array, held by the registration until its unpin (`pin` checked that
+        // the window lies in it).
+        let dma_addrs = match mr.dma.window_addresses(&window) {
+            Ok(addrs) => addrs.as_ptr(),
+            Err(e) => {
+                // Taken back before the drop, as gdrpeer_rs_mr_unpin does.
+                mr.unregister();
+                return Err(e);
+            }
+        };
         // SAFETY: `info` is writable (the function's contract).
         unsafe {
             info.write(bindings::gdrpeer_mr_info {
-                aligned_va: mr.window.start(),
-                offset: mr.window.offset(),
-                page_count: mr.window.page_count(),
+                aligned_va: window.start(),
+                offset: window.offset(),
+                page_count: window.page_count(),
                 page_size: GPU_PAGE_SIZE as u32,
-                dma_addrs: mr.mr.addrs.as_ptr(),
+                dma_addrs,
             })
         };
-        Ok(KBox::into_raw(mr.mr).cast())
+        Ok(KBox::into_raw(mr).cast())
     })())
-}
-
-/// A registration [`pin`] made, with the window it covers.
-struct PinnedMr {
-    mr: KBox<KapiMr>,
-    window: GpuRange,
 }
 
 fn pin(
@@ -154,7 +184,7 @@ fn pin(
     va: u64,
     len: u64,
     invalidate: Invalidate,
-) -> Result<PinnedMr> {
+) -> Result<KBox<KapiMr>> {
     if !ctx.is_owner() {
         return Err(EACCES);
     }
@@ -162,26 +192,36 @@ fn pin(
     // Until the registration is complete, an early return gives the region back.
     let region = ScopeGuard::new_with_data(ctx.hold(window)?, |region| ctx.unhold(&region));
     let dma = region.dma_use(peer)?;
-    let addrs = region.window_addresses(&window, Some(peer))?;
-    let notifier = region.add_notifier(KBox::new(invalidate, GFP_KERNEL)?)?;
-    let mr = KapiMr {
-        ctx: ctx.clone(),
-        region: region.dismiss(),
-        notifier,
-        _dma: dma,
-        addrs,
-    };
-    // On failure `mr` is dropped, which unregisters the notifier and gives the region back.
-    let mr = KBox::new(mr, GFP_KERNEL)?;
-    Ok(PinnedMr { mr, window })
+    // The window lies in the region (a hit or a new pin of it): checked once here.
+    dma.window_addresses(&window)?;
+    // The hold is the registration's from here: on failure `mr` is dropped, which gives the
+    // region back.
+    drop(region.dismiss());
+    let mr = KBox::new(
+        KapiMr {
+            ctx: ctx.clone(),
+            dma,
+            window,
+            invalidate,
+            notifier: Atomic::new(0),
+        },
+        GFP_KERNEL,
+    )?;
+    // SAFETY: `invalidate` lives in the box, which is freed only by `KapiMr`'s drop after
+    // `unregister` has returned (gdrpeer_rs_mr_unpin, or the drop itself), and is never
+    // borrowed mutably meanwhile (nothing takes the box mutably; its drop unregisters first).
+    let id = unsafe { mr.region().add_lent_notifier(NonNull::from(&mr.invalidate)) }?;
+    mr.notifier.store(id, Relaxed);
+    Ok(mr)
 }
 
 impl Drop for KapiMr {
     fn drop(&mut self) {
-        // Waits for a callback in progress; none is made afterwards.
-        self.region.remove_notifier(self.notifier);
+        // Unregistered already by gdrpeer_rs_mr_unpin (through a shared reference, so that the
+        // callback's own shared reference is never aliased by this `&mut`); a no-op then.
+        self.unregister();
         // After gdrpeer_ctx_destroy the region was released already: this drops the reference.
-        self.ctx.unhold(&self.region);
+        self.ctx.unhold(self.region());
     }
 }
 
@@ -194,7 +234,12 @@ unsafe extern "C" fn gdrpeer_rs_mr_unpin(mr: *mut bindings::gdrpeer_mr) {
     might_wait_for_invalidate();
     if !mr.is_null() {
         // SAFETY: per the function's contract, `mr` is a boxed `KapiMr` given back once.
-        drop(unsafe { KBox::from_raw(mr.cast::<KapiMr>()) });
+        let mr = unsafe { KBox::from_raw(mr.cast::<KapiMr>()) };
+        // Waits for a callback in progress; none is made afterwards, and the region's list
+        // no longer points into `mr`.
+        mr.unregister();
+        // The registration's use of the DMA mapping ends with it, and its hold on the region.
+        drop(mr);
     }
 }
 

@@ -29,8 +29,9 @@ pub(crate) trait Notifier: Send + Sync {
 pub(crate) trait HandleUse: Send + Sync {
     /// The handle is being unpinned: no new use may begin, and the uses in progress are done
     /// on return. Runs under the context's lock (lock 1), so it may wait only for what never
-    /// waits for the engine.
-    fn end(&self);
+    /// waits for the engine. Returns whether something of the use is left for the unpin to
+    /// undo (for the file front-ends, a CPU mapping lives, whose entries must be zapped).
+    fn end(&self) -> bool;
 
     /// Whether the handle is in use now. Called under the context's lock.
     fn busy(&self) -> bool;

@@ -52,6 +52,10 @@ pub(crate) trait PfnMapper: Send + Sync + 'static {
     /// ([`FaultResult::SIGBUS`]). Runs with the process's `mmap_lock` (or the vma's lock)
     /// held for reading, and may sleep.
     fn fault(&self, fault: &Fault<'_>) -> FaultResult;
+
+    /// The last vma of the mapping goes (its `close`), before the mapper is dropped: called
+    /// once, through a shared reference, from under the process's `mmap_lock`.
+    fn release(&self) {}
 }
 
 /// One page fault in a vma of a [`PfnMapper`].
@@ -124,7 +128,8 @@ impl<T: PfnMapper> Ops<T> {
         let _ = Arc::into_raw(copy);
     }
 
-    /// A vma goes: it drops its reference (the last one drops the mapper).
+    /// A vma goes: it drops its reference; the last one releases the mapper
+    /// ([`PfnMapper::release`]) and drops it.
     ///
     /// # Safety
     ///
@@ -132,7 +137,11 @@ impl<T: PfnMapper> Ops<T> {
     unsafe extern "C" fn close(vma: *mut bindings::vm_area_struct) {
         // SAFETY: the kernel passes a live vma; its `vm_private_data` is a reference from
         // `install` or `open` that only this call consumes.
-        drop(unsafe { Arc::<T>::from_raw((*vma).vm_private_data.cast::<T>()) });
+        let mapper = unsafe { Arc::<T>::from_raw((*vma).vm_private_data.cast::<T>()) };
+        // References are only taken from a live vma's (`open`): none comes after the last.
+        if let Some(last) = Arc::into_unique_or_drop(mapper) {
+            last.release();
+        }
     }
 
     /// # Safety

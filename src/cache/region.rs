@@ -3,6 +3,7 @@
 //! A pinned region of GPU memory in a context's cache ([`Region`]), and the front-ends'
 //! notifiers on it.
 
+use core::ptr::NonNull;
 use kernel::{
     list::{AtomicTracker, ListArc, ListLinks, TryNewListArc},
     new_condvar, new_spinlock, pci,
@@ -36,17 +37,36 @@ pub(super) struct Notifiers {
     pub(super) running: bool,
 }
 
-/// A registered notifier: a handle's event, stored whole, or a front-end's own.
+/// A registered notifier: a handle's event, stored whole, or a front-end's own, boxed or
+/// lent ([`Region::add_lent_notifier`]).
 pub(super) enum Watcher {
     Event(HandleEvent),
     Boxed(KBox<dyn Notifier>),
+    Lent(LentNotifier),
 }
+
+/// A front-end's notifier that lives in the front-end's own memory.
+///
+/// # Invariants
+///
+/// The notifier stays valid until [`Region::remove_notifier`] of its id has returned, or
+/// until the free callback that took it out of the list has dropped the list.
+pub(super) struct LentNotifier(NonNull<dyn Notifier>);
+
+// SAFETY: a `Notifier` is `Send + Sync`; this only lets a thread call it through a shared
+// reference, while it is valid (type invariant).
+unsafe impl Send for LentNotifier {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for LentNotifier {}
 
 impl Watcher {
     pub(super) fn notify(&self) {
         match self {
             Watcher::Event(event) => event.notify(),
             Watcher::Boxed(notifier) => notifier.notify(),
+            // SAFETY: the notifier is called from the list, so before its removal returned
+            // or the list was dropped (type invariant).
+            Watcher::Lent(lent) => unsafe { lent.0.as_ref() }.notify(),
         }
     }
 }
@@ -302,6 +322,19 @@ impl Region {
         self.add_watcher(Watcher::Boxed(notifier))
     }
 
+    /// [`Region::add_notifier`] for a notifier in the caller's memory, which needs no box: the
+    /// region keeps only its address.
+    ///
+    /// # Safety
+    ///
+    /// `*notifier` stays valid, and is not borrowed mutably, until [`Region::remove_notifier`]
+    /// of the returned id has returned (on failure, until this returns).
+    pub(crate) unsafe fn add_lent_notifier(&self, notifier: NonNull<dyn Notifier>) -> Result<u64> {
+        // INVARIANT: the caller keeps the notifier valid until its removal has returned; the
+        // callback drops its list before a removal that waits for it returns.
+        self.add_watcher(Watcher::Lent(LentNotifier(notifier)))
+    }
+
     /// [`Region::add_notifier`] for a handle's event, which needs no allocation of its own.
     pub(super) fn add_event(&self, event: HandleEvent) -> Result<u64> {
         self.add_watcher(Watcher::Event(event))
@@ -367,13 +400,22 @@ impl Region {
         Ok(addrs)
     }
 
+    /// The bus addresses of `window`'s pages, which lie in this region, in place
+    /// ([`Pinned::bus_addresses`]): -ENXIO unless the region is pinned now.
+    pub(crate) fn window_bus_addresses(&self, window: &GpuRange) -> Result<&[u64]> {
+        let first = window.first_page_in(self.pinned.range());
+        self.pinned
+            .bus_addresses(first, window.page_count() as usize)
+    }
+
     /// Maps the region for `peer` (once per peer, [`Pinned::dma_map`]) for a use that lasts
     /// as long as the returned [`DmaUse`]: a kernel-API registration, a dma-buf attachment.
     pub(crate) fn dma_use(self: &Arc<Self>, peer: &ARef<pci::Device>) -> Result<DmaUse> {
-        self.pinned.dma_map(peer)?;
+        let addresses = self.pinned.dma_map(peer)?;
         Ok(DmaUse {
             region: self.clone(),
             peer: peer.clone(),
+            addresses,
         })
     }
 }
@@ -384,12 +426,30 @@ impl Region {
 pub(crate) struct DmaUse {
     region: Arc<Region>,
     peer: ARef<pci::Device>,
+    /// The DMA addresses of the region's pages for the peer: the mapping's array, shared.
+    addresses: Arc<KVVec<u64>>,
 }
 
 impl DmaUse {
     /// The peer the region is mapped for.
     pub(crate) fn peer(&self) -> &pci::Device {
         &self.peer
+    }
+
+    /// The region it uses.
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// The peer's DMA addresses of `window`'s pages, which lie in the region: the mapping's
+    /// own array, in place, which stays readable while this lives (also after the mapping
+    /// went with a revocation: the values are then stale). -EINVAL beyond the region.
+    pub(crate) fn window_addresses(&self, window: &GpuRange) -> Result<&[u64]> {
+        let first = window.first_page_in(self.region.pinned.range());
+        let end = first
+            .checked_add(window.page_count() as usize)
+            .ok_or(EINVAL)?;
+        self.addresses.get(first..end).ok_or(EINVAL)
     }
 }
 

@@ -96,12 +96,16 @@ impl Mappings {
 
 impl HandleUse for Mappings {
     /// Ends the mappings: no fault enters any more, and those inside are done on return.
-    fn end(&self) {
+    /// Returns whether a mapping lives: one that none does has no page-table entry left (a
+    /// mapping is put when its last vma closes, after the kernel removed the vma's entries),
+    /// and none can be made (the handle is going, under the context's lock).
+    fn end(&self) -> bool {
         let mut s = self.state.lock();
         s.ended = true;
         while s.faults > 0 {
             self.left.wait(&mut s);
         }
+        s.live > 0
     }
 
     /// Whether the handle is mapped now.

@@ -88,10 +88,13 @@ pub(crate) trait PinOwner: Send + Sync + Sized + 'static {
 /// `bus` are the bus addresses of the pin's pages, in order, and `addresses` their DMA
 /// addresses for `peer`: holds on [`Iovas`] mappings, one per page, which only the
 /// [`Pinned`] that holds this gives back ([`PeerMap::unmap`]), once, before the pin's pages go.
+/// `addresses` is never written after the mapping is made.
 struct PeerMap {
     peer: ARef<pci::Device>,
     bus: KVVec<u64>,
-    addresses: KVVec<u64>,
+    /// Shared with the mapping's users ([`Pinned::dma_map`]), which may keep the values
+    /// past the mapping (the kernel API's registrations hand them out until their unpin).
+    addresses: Arc<KVVec<u64>>,
     /// The uses of the mapping not yet ended ([`Pinned::dma_unuse`]).
     uses: u64,
 }
@@ -136,7 +139,9 @@ struct State {
     /// Threads holding a [`Mapper`] (inside `dma_map_pages`, which takes NVIDIA's lock): an
     /// unpin waits for them before put_pages, the callback cannot.
     mappers: u32,
-    /// Bus (BAR1) address of each 64 KiB page, copied from the table.
+    /// Bus (BAR1) address of each 64 KiB page, copied from the table. Written once, when the
+    /// pin becomes `Valid` ([`Pinned::finish_pin`]), and never again until the pin is dropped
+    /// ([`Pinned::bus_addresses`] lends it out on that ground).
     addresses: KVVec<u64>,
     /// Whether the table says the CPU may cache the pages (coherent platforms).
     cpu_cacheable: bool,
@@ -393,6 +398,12 @@ impl Pinned {
         self.state.lock().cpu_cacheable
     }
 
+    /// [`Pinned::is_revoked`] and [`Pinned::cpu_cacheable`] at once (one lock).
+    pub(crate) fn revoked_and_cacheable(&self) -> (bool, bool) {
+        let s = self.state.lock();
+        (s.phase == Phase::Revoked, s.cpu_cacheable)
+    }
+
     /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
     ///
     /// Fails with nv-p2p's error, -EOPNOTSUPP for a table gdrpeer cannot read or a persistent
@@ -555,16 +566,35 @@ impl Pinned {
             return Err(ENXIO);
         }
         let all = match peer {
-            None => &s.addresses,
+            None => &s.addresses[..],
             Some(peer) => {
                 let key = sys::pci_dev_ptr(peer) as usize;
-                &s.maps.get(&key).ok_or(ENOENT)?.addresses
+                &s.maps.get(&key).ok_or(ENOENT)?.addresses[..]
             }
         };
         let want = all.get(first..first + out.capacity()).ok_or(EINVAL)?;
         // The capacity is reserved: this does not allocate under the spinlock.
         out.extend_from_slice(want, GFP_NOWAIT)?;
         Ok(())
+    }
+
+    /// The bus addresses of pages `first..first + n`, read in place: values, which stay as
+    /// they are for as long as the pin lives, whatever happens to the pin meanwhile (a
+    /// revocation or a release does not touch them). Fails with -ENXIO unless the pin is
+    /// valid now, -EINVAL beyond the range.
+    pub(crate) fn bus_addresses(&self, first: usize, n: usize) -> Result<&[u64]> {
+        let s = self.state.lock();
+        if s.phase != Phase::Valid {
+            return Err(ENXIO);
+        }
+        let want = s.addresses.get(first..first.checked_add(n).ok_or(EINVAL)?);
+        let want = want.ok_or(EINVAL)?;
+        let (ptr, len) = (want.as_ptr(), want.len());
+        drop(s);
+        // SAFETY: `addresses` was written when the pin became Valid, which it is, and is never
+        // written again nor freed before the pin is dropped (`State::addresses`), which `&self`
+        // keeps from happening while the slice is borrowed.
+        Ok(unsafe { core::slice::from_raw_parts(ptr, len) })
     }
 
     /// Runs `f` with the bus address of page `page` while the callback cannot complete, for
@@ -591,15 +621,18 @@ impl Pinned {
     /// mapping per page, shared with the other pins of the same pages ([`crate::iova`]). Each
     /// call is a use, which [`Pinned::dma_unuse`] ends; the mapping lasts until the pin is
     /// given back or revoked, or until its last use ends where the caller does not keep it.
+    /// Returns the DMA addresses of the pin's pages for `peer`, in order: the mapping's own
+    /// array, shared, which outlives the mapping for as long as the caller holds it (values,
+    /// which it must not give a peer once the mapping is gone).
     ///
     /// The first mapping of a GPU's memory for a peer asks NVIDIA whether the peer may reach
     /// it ([`Pinned::probe`]). Fails with -ENXIO once revoked or released, with nv-p2p's
     /// error, or with -EIO where the DMA API cannot map a page for the peer.
-    pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result {
+    pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result<Arc<KVVec<u64>>> {
         let key = sys::pci_dev_ptr(peer) as usize;
         let gpu = match self.use_mapping(key)? {
-            None => return Ok(()),
-            Some(gpu) => gpu,
+            Ok(addresses) => return Ok(addresses),
+            Err(gpu) => gpu,
         };
         // First, as the uAPI documents a failed first allocation as -ENOMEM (the arrays'
         // allocations fall back to vmalloc).
@@ -613,24 +646,31 @@ impl Pinned {
         self.copy_addresses(None, 0, &mut bus)?;
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
         self.iovas.map(peer, &bus, &mut addresses)?;
+        let addresses = match Arc::new(addresses, GFP_KERNEL) {
+            Ok(addresses) => addresses,
+            Err(e) => {
+                self.iovas.unmap(peer, &bus);
+                return Err(e.into());
+            }
+        };
         let mut s = self.state.lock();
         let lost = match s.phase {
             Phase::Valid => match s.maps.get_mut(&key) {
                 // Another thread mapped `peer` meanwhile: use its mapping, give ours back.
                 Some(m) => {
                     m.uses += 1;
-                    Ok(())
+                    Ok(m.addresses.clone())
                 }
                 None => {
                     // INVARIANT: the pin's pages, in order, held on the Iovas for `peer`.
                     let map = PeerMap {
                         peer: peer.clone(),
                         bus,
-                        addresses,
+                        addresses: addresses.clone(),
                         uses: 1,
                     };
                     s.maps.insert(node.into_node(key, map));
-                    return Ok(());
+                    return Ok(addresses);
                 }
             },
             // Given back or revoked since: its mappings went, ours goes too. No peer has
@@ -642,9 +682,10 @@ impl Pinned {
         lost
     }
 
-    /// Counts a use of `peer`'s mapping (by `key`) if there is one (`None`), or says which
-    /// GPU the pin is on, for a mapping to make. -ENXIO unless the pin is valid.
-    fn use_mapping(&self, key: usize) -> Result<Option<GpuUuid>> {
+    /// Counts a use of `peer`'s mapping (by `key`) if there is one, returning its addresses,
+    /// or says which GPU the pin is on (`Err`), for a mapping to make. -ENXIO unless the pin
+    /// is valid.
+    fn use_mapping(&self, key: usize) -> Result<core::result::Result<Arc<KVVec<u64>>, GpuUuid>> {
         let mut s = self.state.lock();
         if s.phase != Phase::Valid {
             return Err(ENXIO);
@@ -653,9 +694,9 @@ impl Pinned {
         Ok(match s.maps.get_mut(&key) {
             Some(m) => {
                 m.uses += 1;
-                None
+                Ok(m.addresses.clone())
             }
-            None => Some(gpu),
+            None => Err(gpu),
         })
     }
 

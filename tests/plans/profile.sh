@@ -5,7 +5,8 @@
 # comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
 # through nvsim), then cuMemFree of a pinned buffer (NVIDIA's free callback)
 # and of one nobody pinned, then gdrcopy's apiperf loop through /dev/gdrdrv
-# (pin, map, get_info, unmap, unpin, cached), and prints the symbols above 0.5%
+# (pin, map, get_info, unmap, unpin, cached), then the sample NIC's REG + DEREG
+# of a cached region through the kernel API, and prints the symbols above 0.5%
 # of the samples. Arguments (tests/vm/run ... profile ARGS): repetitions of each
 # loop, 200000 by default, then optionally the loops to run (all by default),
 # e.g. `20000 apiperf`.
@@ -40,7 +41,7 @@ profile() {
 	set -- $(cat $GDRPEER/plan.args)
 	reps=${1:-200000}
 	[ $# -gt 0 ] && shift
-	loops=${*:-hit null miss inval free apiperf}
+	loops=${*:-hit null miss inval free apiperf kapi}
 	export HOME=/tmp
 	# Whole-page CUDA allocations, as make bench makes them (lib-load.sh).
 	export LIBCUDA_SIM_SUBALLOC=0
@@ -48,13 +49,14 @@ profile() {
 	echo 0 >/proc/sys/kernel/kptr_restrict
 	unload_nv_stack
 	load $GDRPEER/modules/nvsim.ko &&
-		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 || fail "load"
+		load $GDRPEER/modules/gdrpeer.ko cache_max_regions=0 &&
+		load $GDRPEER/modules/gdrnic.ko || fail "load"
 	# A miss sleeps in nvsim's pin cost (samples count only time on a CPU); the
 	# apiperf loop is a mapping and an unmapping too.
 	rc=0
 	for op in $loops; do
 		case $op in
-		hit | null) n=$reps ;;
+		hit | null | kapi) n=$reps ;;
 		apiperf) n=$((reps / 10)) ;;
 		*) n=$((reps / 50)) ;;
 		esac

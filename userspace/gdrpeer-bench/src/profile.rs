@@ -5,6 +5,7 @@
 
 use crate::measure::{c, g, Failure};
 use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
+use nvsim::gdrnic::Nic;
 use std::time::Instant;
 
 const K64: u64 = 1 << 16;
@@ -25,15 +26,28 @@ pub enum LoopOp {
     /// gdrcopy's apiperf loop through /dev/gdrdrv, 64 KiB, cached: PIN_BUFFER_V2 (a hit),
     /// gdr_map (REQ_MAPPING_TYPE, mmap, GET_INFO_V2), GET_INFO_V2, munmap, UNPIN_BUFFER.
     Apiperf,
+    /// The sample NIC's REG + DEREG of a cached 64 KiB region through gdrpeer's kernel API
+    /// (`gdrpeer_mr_pin`, `gdrpeer_mr_unpin`): the kernel-API hit (P7).
+    Kapi,
 }
 
 /// Runs `op` `reps` times after a warm-up.
 pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
-    let buf = c(cuda.mem_alloc(K64 as usize))?;
+    // For the NIC, a pool block, whose first 64 KiB are a GPU page of its own (as the NIC's
+    // benchmark registers them).
+    let len = match op {
+        LoopOp::Kapi => nvsim::POOL_BLOCK,
+        _ => K64,
+    };
+    let buf = c(cuda.mem_alloc(len as usize))?;
     let gd = match op {
         LoopOp::Apiperf => Some(g(Gdrdrv::open_default(), "/dev/gdrdrv")?),
+        _ => None,
+    };
+    let nic = match op {
+        LoopOp::Kapi => Some(Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?),
         _ => None,
     };
     let once = || -> Result<(), String> {
@@ -45,6 +59,11 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
                 g(gd.info_v2(h), "GET_INFO_V2")?;
                 drop(m);
                 g(gd.unpin(h), "UNPIN_BUFFER")
+            }
+            LoopOp::Kapi => {
+                let nic = nic.as_ref().ok_or("no /dev/gdrnic")?;
+                let mr = nic.reg(buf, K64).map_err(|e| format!("REG: {e}"))?;
+                nic.dereg(mr.handle).map_err(|e| format!("DEREG: {e}"))
             }
             LoopOp::Inval | LoopOp::Free => {
                 let b = c(cuda.mem_alloc(K64 as usize))?;
@@ -75,6 +94,7 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     let ns = start.elapsed().as_nanos() / reps.max(1) as u128;
     println!("loop {op:?}: {reps} repetitions, {ns} ns each");
     drop(gd);
+    drop(nic);
     drop(dev);
     c(cuda.mem_free(buf))?;
     Ok(())
