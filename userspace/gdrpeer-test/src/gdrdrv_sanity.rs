@@ -194,7 +194,10 @@ fn touch_after(withdraw: fn(&Gdrdrv, &mut DevMem, u64) -> TestResult) -> TestRes
     let (mut m, va) = aligned(OWN_ALLOCATION as u64)?;
     let g = open()?;
     let p = pin_map(&g, va, 2 * K64, 0)?;
+    // Both pages mapped into the page table first: the touch after the withdrawal must find
+    // them gone (zapped), not merely refused at a first fault.
     p.map.write(p.at, &[0x11; 64]);
+    p.map.write(p.at + K64 as usize + 8, &[0x22]);
     withdraw(&g, &mut m, p.handle)?;
     p.map.write(p.at + K64 as usize + 8, &[0x55]);
     Err("the touch went through".into())
