@@ -22,6 +22,19 @@ use std::{
 /// 64 KiB: NVIDIA's GPU page.
 pub const K64: u64 = 1 << 16;
 
+/// The entry point `name` of `lib` (libcuda.so.1), as the function type `T` it is read as.
+///
+/// # Safety
+///
+/// `T` must be the CUDA driver API signature of `name`.
+pub unsafe fn cuda_entry<T: Copy>(lib: &libloading::Library, name: &str) -> Result<T, String> {
+    let c = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+    // SAFETY: the caller's contract: `T` is the entry point's type.
+    unsafe { lib.get::<T>(c.as_bytes_with_nul()) }
+        .map(|f| *f)
+        .map_err(|e| format!("{name}: {e}"))
+}
+
 pub fn dev() -> Result<Device, String> {
     Device::open_default().map_err(|e| e.to_string())
 }

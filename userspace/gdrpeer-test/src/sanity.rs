@@ -7,7 +7,7 @@
 //!
 //! Without a CUDA driver library the program says so and exits with status 3.
 
-use crate::helpers::{dev, fails, gdrpeer_idle, ok, pattern, K64};
+use crate::helpers::{cuda_entry, dev, fails, gdrpeer_idle, ok, pattern, K64};
 use crate::proc;
 use gdrpeer::cuda::Cuda;
 use gdrpeer::regcache::{CudaError, PointerInfo};
@@ -179,24 +179,18 @@ fn invalidation_after_context_destroy() -> TestResult {
     type Ctx = *mut std::ffi::c_void;
     // SAFETY: libcuda.so.1 is loaded already (load); this takes a reference.
     let lib = unsafe { libloading::Library::new("libcuda.so.1") }.map_err(|e| e.to_string())?;
-    let sym = |name: &[u8]| {
-        // SAFETY: each name below is a CUDA driver API entry point of the type it is read as.
-        unsafe { lib.get::<unsafe extern "C" fn(*mut Ctx, Res, i32) -> Res>(name) }
-            .map(|f| *f)
-            .map_err(|e| e.to_string())
+    // SAFETY (the four entry points): each is read as its CUDA driver API signature.
+    let (create, destroy, retain, set) = unsafe {
+        (
+            cuda_entry::<unsafe extern "C" fn(*mut Ctx, Res, i32) -> Res>(&lib, "cuCtxCreate_v2")?,
+            cuda_entry::<unsafe extern "C" fn(Ctx) -> Res>(&lib, "cuCtxDestroy_v2")?,
+            cuda_entry::<unsafe extern "C" fn(*mut Ctx, i32) -> Res>(
+                &lib,
+                "cuDevicePrimaryCtxRetain",
+            )?,
+            cuda_entry::<unsafe extern "C" fn(Ctx) -> Res>(&lib, "cuCtxSetCurrent")?,
+        )
     };
-    let create = sym(b"cuCtxCreate_v2\0")?;
-    // SAFETY: as above.
-    let destroy = *unsafe { lib.get::<unsafe extern "C" fn(Ctx) -> Res>(b"cuCtxDestroy_v2\0") }
-        .map_err(|e| e.to_string())?;
-    // SAFETY: as above.
-    let retain = *unsafe {
-        lib.get::<unsafe extern "C" fn(*mut Ctx, i32) -> Res>(b"cuDevicePrimaryCtxRetain\0")
-    }
-    .map_err(|e| e.to_string())?;
-    // SAFETY: as above.
-    let set = *unsafe { lib.get::<unsafe extern "C" fn(Ctx) -> Res>(b"cuCtxSetCurrent\0") }
-        .map_err(|e| e.to_string())?;
     let mut ctx: Ctx = std::ptr::null_mut();
     // SAFETY (the calls below): valid out-pointers, and contexts these calls returned.
     check_eq!(unsafe { create(&mut ctx, 0, 0) }, 0, "cuCtxCreate");

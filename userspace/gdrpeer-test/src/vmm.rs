@@ -6,7 +6,7 @@
 //! withdrawn by cuMemUnmap. The entry points come from the libcuda.so.1 that
 //! [`crate::sanity::load`] initialised.
 
-use crate::helpers::{ok, pattern, K64};
+use crate::helpers::{cuda_entry, ok, pattern, K64};
 use crate::sanity::{c, cu, expect_sigbus, load};
 use gdrpeer::{gdrdrv::Gdrdrv, Mapping, PinFlags};
 use nvsim::cuda_vmm::{AccessDesc, Prop, ACCESS_RW};
@@ -36,34 +36,28 @@ fn res(r: Res, call: &str) -> TestResult {
     Ok(())
 }
 
-macro_rules! sym {
-    ($lib:expr, $name:literal) => {
-        // SAFETY: the symbol has the CUDA driver API signature of the variable it fills.
-        *unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
-            .map_err(|e| format!("{}: {e}", $name))?
-    };
-}
-
 impl VmmMem {
     fn new() -> Result<Self, String> {
         // SAFETY: libcuda.so.1 is loaded already (sanity::load); this takes a reference.
         let lib = unsafe { libloading::Library::new("libcuda.so.1") }
             .map_err(|e| format!("libcuda.so.1: {e}"))?;
+        // SAFETY (the entry points below): each is read as its CUDA driver API signature.
         let create: unsafe extern "C" fn(*mut u64, usize, *const Prop, u64) -> Res =
-            sym!(lib, "cuMemCreate");
+            unsafe { cuda_entry(&lib, "cuMemCreate") }?;
         let reserve: unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> Res =
-            sym!(lib, "cuMemAddressReserve");
-        let map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> Res = sym!(lib, "cuMemMap");
+            unsafe { cuda_entry(&lib, "cuMemAddressReserve") }?;
+        let map: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> Res =
+            unsafe { cuda_entry(&lib, "cuMemMap") }?;
         let set_access: unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> Res =
-            sym!(lib, "cuMemSetAccess");
+            unsafe { cuda_entry(&lib, "cuMemSetAccess") }?;
         let prop = Prop::device(0);
         let mut m = VmmMem {
             p: 0,
             handle: 0,
             mapped: false,
-            unmap: sym!(lib, "cuMemUnmap"),
-            release: sym!(lib, "cuMemRelease"),
-            address_free: sym!(lib, "cuMemAddressFree"),
+            unmap: unsafe { cuda_entry(&lib, "cuMemUnmap") }?,
+            release: unsafe { cuda_entry(&lib, "cuMemRelease") }?,
+            address_free: unsafe { cuda_entry(&lib, "cuMemAddressFree") }?,
             _lib: lib,
         };
         // SAFETY (the calls below): valid out-pointers and descriptors of the documented types.
