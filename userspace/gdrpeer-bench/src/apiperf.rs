@@ -6,8 +6,9 @@
 //! on its own, with the cache (the re-pin a hit, the unpin lazy) and with
 //! `GDRDRV_PIN_FLAG_GDRPEER_NOCACHE` (a pin per use, as gdrdrv).
 
+use crate::interleave::{self, Step, ROUNDS};
 use crate::measure::{c, g, op, timed, Config, WARMUP};
-use crate::report::{ApiPerf, Latency, Op};
+use crate::report::{ApiPerf, Interleaved, Latency, Op};
 use gdrpeer::{
     cuda::Cuda,
     gdrdrv::{self, Gdrdrv},
@@ -105,12 +106,50 @@ pub fn key(cached: bool, bytes: u64) -> String {
     )
 }
 
-/// Every size, cached and NOCACHE: the per-phase figures, and each whole loop in `ops`.
+/// P9: the 64 KiB loop, cached and NOCACHE in turn ([`interleave`]), each iteration's
+/// whole time. Checks nvsim's pins as `measure` does.
+fn p9(gd: &Gdrdrv, buf: u64, cfg: &Config) -> Result<Interleaved, String> {
+    let len = 64 * K;
+    let whole = |flags| -> Result<Duration, String> { Ok(once(gd, buf, len, flags)?.iter().sum()) };
+    let nocache = (cfg.slow_reps / ROUNDS).max(1);
+    let before = pins()?;
+    let r = interleave::measure(
+        "P9",
+        "gdrdrv apiperf loops of 64 KiB, cached and NOCACHE",
+        vec![
+            Step::new(
+                "apiperf_cached_64kib",
+                "apiperf loop, cached",
+                cfg.reps.min(2000) / ROUNDS,
+                || whole(0),
+            ),
+            Step::new(
+                "apiperf_nocache_64kib",
+                "apiperf loop, NOCACHE",
+                nocache,
+                || whole(gdrdrv::PIN_FLAG_GDRPEER_NOCACHE),
+            ),
+        ],
+        interleave::quotient,
+    )?;
+    let made = pins()? - before;
+    let want = (WARMUP + ROUNDS * nocache) as u64;
+    if made != want {
+        return Err(format!(
+            "P9, interleaved: {made} nv-p2p pins, expected {want} (one per NOCACHE iteration)"
+        ));
+    }
+    Ok(r)
+}
+
+/// Every size, cached and NOCACHE: the per-phase figures, and each whole loop in `ops`; P9
+/// again, interleaved, into `interleaved`.
 pub fn run(
     gd: &Gdrdrv,
     cuda: &Cuda,
     cfg: &Config,
     ops: &mut Vec<Op>,
+    interleaved: &mut Vec<Interleaved>,
 ) -> Result<Vec<ApiPerf>, String> {
     let mut rows = Vec::new();
     for len in SIZES {
@@ -137,6 +176,9 @@ pub fn run(
                 r.total,
             ));
             rows.push(r);
+        }
+        if len == 64 * K {
+            interleaved.push(p9(gd, buf, cfg)?);
         }
         c(cuda.mem_free(buf))?;
     }

@@ -5,8 +5,9 @@
 //! NIC's attach and map, as ibv_reg_dmabuf_mr() makes them) against gdrpeer's kernel API
 //! (`gdrpeer_mr_pin`), on a cached region and when every use pins anew.
 
+use crate::interleave::{self, Step, ROUNDS};
 use crate::measure::{c, g, op, series, timed, Config, WARMUP};
-use crate::report::Op;
+use crate::report::{Interleaved, Op};
 use gdrpeer::{cuda::Cuda, Device, PinFlags};
 use nvsim::gdrnic::{nstat, Nic, DMABUF_KAPI};
 use rustix::{fd::AsRawFd, io::Errno};
@@ -79,8 +80,64 @@ fn reg_dereg(nic: &Nic, buf: u64) -> Result<Duration, String> {
     .1)
 }
 
+/// A NIC null ioctl, timed.
+fn nic_null(nic: &Nic) -> Result<Duration, String> {
+    Ok(timed(|| n(nic.null_ioctl(), "null ioctl"))?.1)
+}
+
+/// P7: the NIC's REG + DEREG of a cached region, its null ioctl and a PIN + UNPIN of a
+/// region cached in `dev`, in turn ([`interleave`]); checked to pin, DMA-map and import
+/// nothing.
+fn p7(
+    nic: &Nic,
+    dev: &Device,
+    cuda: &Cuda,
+    cfg: &Config,
+    reg_buf: u64,
+) -> Result<Interleaved, String> {
+    let pin_buf = own_page(cuda)?;
+    let pin_unpin = || -> Result<Duration, String> {
+        Ok(timed(|| {
+            let p = g(dev.pin(pin_buf, K64, PinFlags::empty()), "pin")?;
+            g(dev.unpin(p.handle), "unpin")
+        })?
+        .1)
+    };
+    pin_unpin()?;
+    let block = cfg.reps / ROUNDS;
+    let before = calls()?;
+    let r = interleave::measure(
+        "P7",
+        "NIC REG + DEREG (kernel API), NIC null ioctl, /dev/gdrpeer PIN + UNPIN; cache hits",
+        vec![
+            Step::new("nic_reg_hit", "NIC REG + DEREG, hit", block, || {
+                reg_dereg(nic, reg_buf)
+            }),
+            Step::new("nic_null", "NIC null ioctl", block, || nic_null(nic)),
+            Step::new("reuse_cached_64k", "PIN + UNPIN, hit", block, pin_unpin),
+        ],
+        interleave::kapi_quotient,
+    )?;
+    let made: Calls =
+        std::array::from_fn(|i| calls().map(|a| a[i] - before[i]).unwrap_or(u64::MAX));
+    if made != NONE {
+        return Err(format!(
+            "P7, interleaved: {} nv-p2p pins, {} DMA mappings and {} dma-buf maps, expected none",
+            made[0], made[1], made[2]
+        ));
+    }
+    c(cuda.mem_free(pin_buf))?;
+    Ok(r)
+}
+
 /// The measurements, on `nic` and a file of gdrpeer's of their own.
-fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<(), String> {
+fn measure(
+    nic: &Nic,
+    cuda: &Cuda,
+    cfg: &Config,
+    ops: &mut Vec<Op>,
+    interleaved: &mut Vec<Interleaved>,
+) -> Result<(), String> {
     let dev = g(Device::open_default(), "open")?;
     let hit_buf = own_page(cuda)?;
     let miss_buf = own_page(cuda)?;
@@ -92,7 +149,7 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
         "NIC null ioctl (an unknown command: ENOTTY)",
         cfg.reps,
         NONE,
-        || Ok(timed(|| n(nic.null_ioctl(), "null ioctl"))?.1),
+        || nic_null(nic),
     )?);
 
     // The NIC's own registration, gdrpeer_mr_pin() in the NIC's context: a hit once the
@@ -106,6 +163,7 @@ fn measure(nic: &Nic, cuda: &Cuda, cfg: &Config, ops: &mut Vec<Op>) -> Result<()
         NONE,
         nic_reg,
     )?);
+    interleaved.push(p7(nic, &dev, cuda, cfg, hit_buf)?);
     // The same without the mapping cache: measured by `nic-hit` with gdrpeer reloaded.
     ops.push(match &cfg.no_mapping_cache {
         Ok(o) => o.clone(),
@@ -230,11 +288,16 @@ pub fn no_mapping_cache(cfg_reps: usize) -> Result<Op, String> {
 
 /// The dma-buf and NIC registration measurements. Without `/dev/gdrnic` (gdrnic.ko not
 /// loaded), says so in `skipped`.
-pub fn run(cuda: &Cuda, cfg: &Config, skipped: &mut Vec<String>) -> Result<Vec<Op>, String> {
+pub fn run(
+    cuda: &Cuda,
+    cfg: &Config,
+    skipped: &mut Vec<String>,
+    interleaved: &mut Vec<Interleaved>,
+) -> Result<Vec<Op>, String> {
     let mut ops = Vec::new();
     match Nic::open() {
         Ok(nic) => {
-            measure(&nic, cuda, cfg, &mut ops)?;
+            measure(&nic, cuda, cfg, &mut ops, interleaved)?;
             if let Err(why) = &cfg.no_mapping_cache {
                 skipped.push(format!("{NO_MAPPING_CACHE}: {why}"));
             }

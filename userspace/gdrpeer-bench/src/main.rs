@@ -11,6 +11,7 @@
 mod apiperf;
 mod cudaq;
 mod dmabuf;
+mod interleave;
 mod mapping;
 mod measure;
 mod plot;

@@ -225,6 +225,7 @@ pub fn run(
     ops: &mut Vec<Op>,
     nv_costs: &mut Vec<NvCost>,
     skipped: &mut Vec<String>,
+    interleaved: &mut Vec<crate::report::Interleaved>,
 ) -> Result<(Vec<CopyPoint>, Vec<ApiPerf>), String> {
     map_latency(dev, cuda, cfg, ops)?;
     let copies = copies(dev, cuda, cfg)?;
@@ -233,7 +234,7 @@ pub fn run(
         Ok(gd) => {
             gdrdrv_pins(&gd, cuda, cfg, ops, nv_costs)?;
             gdrdrv_pin_map_unpin(&gd, cuda, cfg, ops)?;
-            apiperf = crate::apiperf::run(&gd, cuda, cfg, ops)?;
+            apiperf = crate::apiperf::run(&gd, cuda, cfg, ops, interleaved)?;
         }
         Err(e) => skipped.push(format!("gdrdrv pins and the apiperf loop: {e}")),
     }

@@ -3,7 +3,8 @@
 //! The measurements, made in the test guest over `/dev/gdrpeer`, nvsim and the simulated
 //! libcuda (gdrpeer loaded without region limits, so that the cache holds everything pinned).
 
-use crate::report::{Latency, NvCost, Op, Point, Report};
+use crate::interleave::{self, Step, ROUNDS};
+use crate::report::{Interleaved, Latency, NvCost, Op, Point, Report};
 use gdrpeer::{cuda::Cuda, regcache::PointerInfo, regcache::RegCache, Device, PinFlags};
 use std::time::{Duration, Instant};
 
@@ -261,19 +262,101 @@ fn own_per_region() -> Option<u64> {
     (regions > 0).then(|| bytes / regions)
 }
 
+/// A PIN of a random one of `regions` (cached in `dev`): a hit, its UNPIN untimed.
+fn random_hit(dev: &Device, regions: &[u64], rng: &mut fastrand::Rng) -> Result<Duration, String> {
+    let va = regions[rng.usize(..regions.len())];
+    let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
+    g(dev.unpin(p.handle), "unpin")?;
+    Ok(t)
+}
+
+/// `cuMemFree` of a 64 KiB buffer pinned in `dev` (an invalidation), or of one nobody pinned.
+fn timed_free(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<Duration, String> {
+    let b = c(cuda.mem_alloc(K64 as usize))?;
+    if pinned {
+        let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
+        g(dev.unpin(p.handle), "unpin")?;
+    }
+    Ok(timed(|| c(cuda.mem_free(b)))?.1)
+}
+
+/// P4 and P5 interleaved, with `regions` cached in `dev` (the largest size): hits there
+/// against hits in a second context of `small` regions, and invalidations against frees of
+/// unpinned memory.
+fn scaling_interleaved(
+    dev: &Device,
+    cuda: &Cuda,
+    cfg: &Config,
+    regions: &[u64],
+    small: u64,
+) -> Result<Vec<Interleaved>, String> {
+    let other = g(Device::open_default(), "open")?;
+    let buf = c(cuda.mem_alloc((small * K64) as usize))?;
+    let few: Vec<u64> = (0..small).map(|i| buf + i * K64).collect();
+    for &va in &few {
+        let p = g(other.pin(va, K64, PinFlags::empty()), "pin")?;
+        g(other.unpin(p.handle), "unpin")?;
+    }
+    let (mut many_rng, mut few_rng) = (
+        fastrand::Rng::with_seed(cfg.seed + 1),
+        fastrand::Rng::with_seed(cfg.seed + 2),
+    );
+    let block = cfg.reps / ROUNDS;
+    let p4 = interleave::measure(
+        "P4",
+        "hits at the largest cache size and at the smallest (a second context)",
+        vec![
+            Step::new("hit_largest", "hit, largest cache", block, || {
+                random_hit(dev, regions, &mut many_rng)
+            }),
+            Step::new("hit_smallest", "hit, smallest cache", block, || {
+                random_hit(&other, &few, &mut few_rng)
+            }),
+        ],
+        interleave::quotient,
+    )?;
+    for (ctx, n) in [(dev, regions.len() as u64), (&other, small)] {
+        let cached = g(ctx.stats(), "stats")?.file.regions;
+        if cached != n {
+            return Err(format!(
+                "P4: {cached} regions cached, expected {n}: hits were misses"
+            ));
+        }
+    }
+    drop(other);
+    c(cuda.mem_free(buf))?;
+    let block = cfg.slow_reps / ROUNDS;
+    let p5 = interleave::measure(
+        "P5",
+        "cuMemFree of pinned and of unpinned 64 KiB, at the largest cache size",
+        vec![
+            Step::new("invalidate", "cuMemFree, pinned", block, || {
+                timed_free(dev, cuda, true)
+            }),
+            Step::new("free_unpinned", "cuMemFree, unpinned", block, || {
+                timed_free(dev, cuda, false)
+            }),
+        ],
+        interleave::quotient,
+    )?;
+    Ok(vec![p4, p5])
+}
+
 /// Fills the cache to each size in turn and measures hits and invalidations there.
 fn scaling(
     dev: &Device,
     cuda: &Cuda,
     cfg: &Config,
     skipped: &mut Vec<String>,
+    interleaved: &mut Vec<Interleaved>,
 ) -> Result<(Vec<Point>, Vec<u64>, u64), String> {
     let mut rng = fastrand::Rng::with_seed(cfg.seed);
-    // What the invalidation measurements allocate besides the cached regions.
-    let spare = 64;
-    let room = pinnable_pages()?.saturating_sub(spare);
     let mut sizes = cfg.sizes.clone();
     sizes.sort_unstable();
+    // What the invalidation measurements allocate besides the cached regions, and the
+    // second context of P4's interleaved hits.
+    let spare = 64 + sizes.first().copied().unwrap_or(0);
+    let room = pinnable_pages()?.saturating_sub(spare);
     if let Some(too_big) = sizes.iter().position(|&n| n > room) {
         skipped.push(format!(
             "{:?} regions: {room} pages of 64 KiB can be pinned (tests/vm/run --bar-size)",
@@ -290,7 +373,7 @@ fn scaling(
     let mut regions: Vec<u64> = Vec::new();
     let mut points = Vec::new();
     let slab_empty = meminfo("Slab")?;
-    for n in sizes {
+    for &n in &sizes {
         while (regions.len() as u64) < n {
             let i = regions.len() as u64;
             let va = chunks[(i / chunk_pages) as usize] + (i % chunk_pages) * K64;
@@ -304,22 +387,9 @@ fn scaling(
         if cached != n {
             return Err(format!("{cached} regions cached, expected {n}"));
         }
-        let hit = series(cfg.reps, || {
-            let va = regions[rng.usize(..regions.len())];
-            let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
-            g(dev.unpin(p.handle), "unpin")?;
-            Ok(t)
-        })?;
-        let invalidate = series(cfg.slow_reps, || {
-            let b = c(cuda.mem_alloc(K64 as usize))?;
-            let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
-            g(dev.unpin(p.handle), "unpin")?;
-            Ok(timed(|| c(cuda.mem_free(b)))?.1)
-        })?;
-        let free_unpinned = series(cfg.slow_reps, || {
-            let b = c(cuda.mem_alloc(K64 as usize))?;
-            Ok(timed(|| c(cuda.mem_free(b)))?.1)
-        })?;
+        let hit = series(cfg.reps, || random_hit(dev, &regions, &mut rng))?;
+        let invalidate = series(cfg.slow_reps, || timed_free(dev, cuda, true))?;
+        let free_unpinned = series(cfg.slow_reps, || timed_free(dev, cuda, false))?;
         let p = Point {
             regions: n,
             hit,
@@ -334,6 +404,9 @@ fn scaling(
             p.hit.median_ns, p.invalidate.median_ns, p.free_unpinned.median_ns, p.slab_per_region
         );
         points.push(p);
+    }
+    if let [smallest, _, ..] = sizes[..] {
+        interleaved.extend(scaling_interleaved(dev, cuda, cfg, &regions, smallest)?);
     }
     Ok((points, chunks, regions.len() as u64))
 }
@@ -384,10 +457,25 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
     let abi = dev.version().abi_string();
     let (mut ops, mut nv_costs) = single_ops(&dev, &cuda, cfg)?;
     let mut skipped = Vec::new();
-    let (copies, apiperf) =
-        crate::mapping::run(&dev, &cuda, cfg, &mut ops, &mut nv_costs, &mut skipped)?;
-    ops.extend(crate::dmabuf::run(&cuda, cfg, &mut skipped)?);
-    let (scaling, chunks, close_regions) = scaling(&dev, &cuda, cfg, &mut skipped)?;
+    let mut interleaved = Vec::new();
+    let (copies, apiperf) = crate::mapping::run(
+        &dev,
+        &cuda,
+        cfg,
+        &mut ops,
+        &mut nv_costs,
+        &mut skipped,
+        &mut interleaved,
+    )?;
+    ops.extend(crate::dmabuf::run(
+        &cuda,
+        cfg,
+        &mut skipped,
+        &mut interleaved,
+    )?);
+    let (scaling, chunks, close_regions) =
+        scaling(&dev, &cuda, cfg, &mut skipped, &mut interleaved)?;
+    interleaved.sort_by(|a, b| a.id.cmp(&b.id));
     // Closing the file unpins every cached region; then the chunks go, calling back nobody.
     let close = Instant::now();
     drop(dev);
@@ -412,6 +500,7 @@ pub fn run(cfg: &Config) -> Result<Report, Failure> {
         close_ns,
         nv_costs,
         apiperf,
+        interleaved,
         targets: Vec::new(),
     };
     report.targets = report.targets();
