@@ -663,6 +663,7 @@ fn pointer(p: &Probe) {
         p.either("host-alloc-p2p-tokens", p.attr_u64(5, h), |_| {
             "answered".into()
         });
+        p.all_attributes("host-alloc", h, host as u64);
         call!(p, "cuMemFreeHost": fn(*mut c_void) (host));
     }
 }
@@ -787,6 +788,12 @@ fn threads(p: &Probe) {
             t.res("other-thread-dtoh", t.dtoh(&mut one, b));
             t.say("other-thread-dtoh-value", one[0]);
             t.res("other-thread-memset", t.memset(b, 4, 16));
+            let one: c_uint = 1;
+            t.res(
+                "other-thread-set-sync-memops",
+                call!(t, "cuPointerSetAttribute": fn(*const c_void, c_uint, u64)
+                    ((&one as *const c_uint).cast(), 6, b)),
+            );
             t.res("other-thread-free", t.free(a));
             t.either("other-thread-alloc", t.alloc(K64), |x| {
                 t.free(x);
@@ -994,6 +1001,14 @@ fn context_end(p: &Probe) {
         call!(p, "cuCtxCreate_v2": fn(*mut *mut c_void, c_uint, c_int) (&mut ctx, 0, 0)),
     ) {
         let a = p.must_alloc(M2);
+        // A VMM handle made in the context: what is left of it once the context ends.
+        let prop = nvsim::cuda_vmm::Prop::device(0);
+        let mut h = 0u64;
+        let made = p.res(
+            "vmm-create",
+            call!(p, "cuMemCreate": fn(*mut u64, usize, *const nvsim::cuda_vmm::Prop, u64)
+                (&mut h, M2 as usize, &prop, 0)),
+        );
         p.res(
             "destroy",
             call!(p, "cuCtxDestroy_v2": fn(*mut c_void) (ctx)),
@@ -1010,6 +1025,26 @@ fn context_end(p: &Probe) {
             "answered".into()
         });
         p.res("free-after-destroy", p.free(a));
+        if made {
+            let mut va = 0u64;
+            if p.res(
+                "vmm-reserve-after-destroy",
+                call!(p, "cuMemAddressReserve": fn(*mut u64, usize, usize, u64, u64)
+                    (&mut va, M2 as usize, 0, 0, 0)),
+            ) {
+                if p.res(
+                    "vmm-map-after-destroy",
+                    call!(p, "cuMemMap": fn(u64, usize, usize, u64, u64) (va, M2 as usize, 0, h, 0)),
+                ) {
+                    call!(p, "cuMemUnmap": fn(u64, usize) (va, M2 as usize));
+                }
+                call!(p, "cuMemAddressFree": fn(u64, usize) (va, M2 as usize));
+            }
+            p.res(
+                "vmm-release-after-destroy",
+                call!(p, "cuMemRelease": fn(u64) (h)),
+            );
+        }
     }
     let mut prim = std::ptr::null_mut();
     call!(p, "cuDevicePrimaryCtxRetain": fn(*mut *mut c_void, c_int) (&mut prim, 0));

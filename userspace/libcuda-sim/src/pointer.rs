@@ -80,8 +80,8 @@ fn mapping(q: &nvsim::QueryArgs) -> (u64, u64) {
 /// HOST_POINTER of device memory are `CUDA_ERROR_INVALID_VALUE`, as CUDA documents them.
 ///
 /// The attributes from IS_LEGACY_CUDA_IPC_CAPABLE (10) on are answered for device memory as
-/// CUDA 13 answers them on an H100, with the widths it writes (`tests/cuda-trace`); for
-/// host memory they are `CUDA_ERROR_INVALID_VALUE`.
+/// CUDA 13 answers them on an H100, with the widths it writes (`tests/cuda-trace`), for
+/// device and for host memory alike.
 unsafe fn write_attribute(
     data: *mut c_void,
     attr: c_uint,
@@ -145,6 +145,9 @@ unsafe fn write_attribute(
             CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => {
                 *(data as *mut c_int) = if found { 0 } else { -2 }
             }
+            _ if host.is_some() => {
+                return host.map_or(CUDA_ERROR_INVALID_VALUE, |h| host_attribute(data, attr, h))
+            }
             _ => {
                 let Some(q) = dev else {
                     return CUDA_ERROR_INVALID_VALUE;
@@ -185,6 +188,41 @@ unsafe fn write_attribute(
                     _ => return CUDA_ERROR_INVALID_VALUE,
                 }
             }
+        }
+    }
+    CUDA_SUCCESS
+}
+
+/// The attributes from IS_LEGACY_CUDA_IPC_CAPABLE (10) on of `cuMemAllocHost` memory, as
+/// CUDA 13 answers them (`tests/cuda-trace`, "pointer"): mapped, read-write, in a 2 MiB
+/// mapping that starts at the allocation (the first of its 2 MiB block), no IPC, no
+/// GPUDirect RDMA.
+///
+/// # Safety
+///
+/// `data` points at the type CUDA documents for `attr`.
+unsafe fn host_attribute(data: *mut c_void, attr: c_uint, h: &HostAlloc) -> CUresult {
+    // SAFETY (all arms): the caller's contract.
+    unsafe {
+        match attr {
+            CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+            | CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE
+            | CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE => *(data as *mut c_int) = 0,
+            CU_POINTER_ATTRIBUTE_MAPPED => *(data as *mut c_int) = 1,
+            CU_POINTER_ATTRIBUTE_RANGE_START_ADDR | CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR => {
+                *(data as *mut u64) = h.base
+            }
+            CU_POINTER_ATTRIBUTE_RANGE_SIZE => *(data as *mut usize) = h.size,
+            CU_POINTER_ATTRIBUTE_MAPPING_SIZE => {
+                *(data as *mut usize) = h.size.next_multiple_of(nvsim::POOL_BLOCK as usize)
+            }
+            CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES => *(data as *mut u64) = 0,
+            CU_POINTER_ATTRIBUTE_ACCESS_FLAGS => *(data as *mut c_uint) = ACCESS_FLAG_READWRITE,
+            CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE => {
+                *(data as *mut *mut c_void) = std::ptr::null_mut()
+            }
+            CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID => *(data as *mut u64) = h.buffer_id,
+            _ => return CUDA_ERROR_INVALID_VALUE,
         }
     }
     CUDA_SUCCESS
@@ -326,6 +364,30 @@ mod tests {
             get(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 0x5010, &host, 0),
             Ok(CU_MEMORYTYPE_HOST)
         );
+        // CUDA 13's answers for cuMemAllocHost memory, attributes 10 on.
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_RANGE_SIZE, 0x5010, &host, 0usize),
+            Ok(4096)
+        );
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MAPPING_SIZE, 0x5010, &host, 0usize),
+            Ok(2 << 20)
+        );
+        assert_eq!(
+            get(
+                CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,
+                0x5010,
+                &host,
+                9
+            ),
+            Ok(0)
+        );
+        assert_eq!(get(CU_POINTER_ATTRIBUTE_MAPPED, 0x5010, &host, 9), Ok(1));
+        assert_eq!(
+            get(CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, 0x5010, &host, 0u64),
+            Ok(0x5000)
+        );
+        assert_eq!(get(22, 0x5010, &host, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
         assert_eq!(
             get(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 9, &Target::Nothing, 5),
             Ok(0)
@@ -449,7 +511,8 @@ mod tests {
         for unknown in [0, 22, 1000] {
             assert_eq!(get(unknown, p, &dev, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
         }
-        assert_eq!(get(11, 0x5010, &host, 0u64), Err(CUDA_ERROR_INVALID_VALUE));
+        // RANGE_START_ADDR of host memory: the allocation's base, as CUDA answers.
+        assert_eq!(get(11, 0x5010, &host, 0u64), Ok(0x5000));
     }
 
     #[test]
