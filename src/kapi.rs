@@ -12,14 +12,14 @@ bindgen_module! {
     mod bindings = "kapi_generated.rs";
 }
 
-use core::ptr::NonNull;
+use core::{mem::MaybeUninit, ptr::NonNull};
 use kernel::{
     ffi::c_void,
     pci,
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{Atomic, Full, Relaxed},
         Arc,
     },
     task::might_sleep,
@@ -60,13 +60,56 @@ impl Notifier for Invalidate {
 
 /// A `struct gdrpeer_ctx`.
 struct KapiCtx {
+    shared: Arc<KapiShared>,
+}
+
+/// What a context's registrations share with it, and keep after its destroy: the context,
+/// and the memory of a registration unpinned, kept for the next pin (as `/dev/gdrpeer` keeps
+/// a spare handle node), so that a hit allocates nothing.
+struct KapiShared {
     ctx: Arc<Context>,
+    /// A registration's memory, unused, from [`KBox::into_raw`]; null when there is none.
+    spare: Atomic<*mut MaybeUninit<KapiMr>>,
+}
+
+// SAFETY: `spare` is only read and written atomically, and what it points to is owned by
+// whichever thread took it out (`take_spare`), so sending or sharing the struct is sound.
+unsafe impl Send for KapiShared {}
+// SAFETY: as for `Send`: `&KapiShared` gives `spare`'s memory only to the thread that takes it
+// out of the slot atomically.
+unsafe impl Sync for KapiShared {}
+
+impl KapiShared {
+    /// The registration memory kept for the next pin, if any.
+    fn take_spare(&self) -> Option<KBox<MaybeUninit<KapiMr>>> {
+        let p = self.spare.xchg(core::ptr::null_mut(), Full);
+        // SAFETY: a non-null `spare` came from `KBox::into_raw` (`keep_spare`) and was taken out
+        // of the slot here, once.
+        (!p.is_null()).then(|| unsafe { KBox::from_raw(p) })
+    }
+
+    /// Keeps `spare` for the next pin; frees the one it replaces, if any.
+    fn keep_spare(&self, spare: KBox<MaybeUninit<KapiMr>>) {
+        let old = self.spare.xchg(KBox::into_raw(spare), Full);
+        if !old.is_null() {
+            // SAFETY: a non-null `spare` came from `KBox::into_raw` and was taken out of the
+            // slot here, once.
+            drop(unsafe { KBox::from_raw(old) });
+        }
+    }
+}
+
+impl Drop for KapiShared {
+    fn drop(&mut self) {
+        drop(self.take_spare());
+    }
 }
 
 /// A `struct gdrpeer_mr`: one allocation, which the region's notifier list points into
 /// ([`Region::add_lent_notifier`]) and which hands out the DMA mapping's own address array.
+/// Its memory goes back to its context's `spare` when it is unpinned.
 struct KapiMr {
-    ctx: Arc<Context>,
+    shared: Arc<KapiShared>,
     /// Its use of the region's DMA mapping for the peer, whose addresses it hands out; the
     /// region is held without a handle ([`Context::hold`]).
     dma: DmaUse,
@@ -108,7 +151,14 @@ extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
     might_sleep();
     api_result((|| {
         let ctx = Context::new(Env::get()?, false, Numbering::Counted)?;
-        Ok(KBox::into_raw(KBox::new(KapiCtx { ctx }, GFP_KERNEL)?).cast())
+        let shared = Arc::new(
+            KapiShared {
+                ctx,
+                spare: Atomic::new(core::ptr::null_mut()),
+            },
+            GFP_KERNEL,
+        )?;
+        Ok(KBox::into_raw(KBox::new(KapiCtx { shared }, GFP_KERNEL)?).cast())
     })())
 }
 
@@ -123,7 +173,7 @@ unsafe extern "C" fn gdrpeer_rs_ctx_destroy(ctx: *mut bindings::gdrpeer_ctx) {
     }
     // SAFETY: per the function's contract, `ctx` is a boxed `KapiCtx` given back once.
     let ctx = unsafe { KBox::from_raw(ctx.cast::<KapiCtx>()) };
-    ctx.ctx.close();
+    ctx.shared.ctx.close();
 }
 
 /// # Safety
@@ -148,7 +198,7 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
             return Err(EINVAL);
         };
         // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
-        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.ctx;
+        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.shared;
         // SAFETY: `peer` is a live PCI device (the function's contract), and `pci::Device` is
         // `#[repr(transparent)]` over `struct pci_dev`; `ARef::from` takes a reference on it.
         let peer = ARef::from(unsafe { &*peer.cast::<pci::Device>() });
@@ -179,12 +229,13 @@ unsafe extern "C" fn gdrpeer_rs_mr_pin(
 }
 
 fn pin(
-    ctx: &Arc<Context>,
+    shared: &Arc<KapiShared>,
     peer: &ARef<pci::Device>,
     va: u64,
     len: u64,
     invalidate: Invalidate,
 ) -> Result<KBox<KapiMr>> {
+    let ctx = &shared.ctx;
     if !ctx.is_owner() {
         return Err(EACCES);
     }
@@ -197,16 +248,20 @@ fn pin(
     // The hold is the registration's from here: on failure `mr` is dropped, which gives the
     // region back.
     drop(region.dismiss());
-    let mr = KBox::new(
+    let memory = match shared.take_spare() {
+        Some(memory) => memory,
+        None => KBox::new_uninit(GFP_KERNEL)?,
+    };
+    let mr = KBox::write(
+        memory,
         KapiMr {
-            ctx: ctx.clone(),
+            shared: shared.clone(),
             dma,
             window,
             invalidate,
             notifier: Atomic::new(0),
         },
-        GFP_KERNEL,
-    )?;
+    );
     // SAFETY: `invalidate` lives in the box, which is freed only by `KapiMr`'s drop after
     // `unregister` has returned (gdrpeer_rs_mr_unpin, or the drop itself), and is never
     // borrowed mutably meanwhile (nothing takes the box mutably; its drop unregisters first).
@@ -221,7 +276,7 @@ impl Drop for KapiMr {
         // callback's own shared reference is never aliased by this `&mut`); a no-op then.
         self.unregister();
         // After gdrpeer_ctx_destroy the region was released already: this drops the reference.
-        self.ctx.unhold(self.region());
+        self.shared.ctx.unhold(self.region());
     }
 }
 
@@ -238,8 +293,10 @@ unsafe extern "C" fn gdrpeer_rs_mr_unpin(mr: *mut bindings::gdrpeer_mr) {
         // Waits for a callback in progress; none is made afterwards, and the region's list
         // no longer points into `mr`.
         mr.unregister();
-        // The registration's use of the DMA mapping ends with it, and its hold on the region.
-        drop(mr);
+        // The registration's use of the DMA mapping ends with it, and its hold on the region;
+        // its memory is kept for the context's next pin.
+        let shared = mr.shared.clone();
+        shared.keep_spare(KBox::drop_contents(mr));
     }
 }
 
@@ -260,7 +317,7 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             return Err(EINVAL);
         }
         // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
-        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.ctx;
+        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.shared.ctx;
         if !ctx.is_owner() {
             return Err(EACCES);
         }

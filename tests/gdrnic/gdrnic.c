@@ -20,8 +20,10 @@
  *
  * Locks, in the order they are taken:
  *
- * 1. gdrnic_file.lock (mutex): the file's registrations. Held around
- *    gdrpeer_mr_pin(), so the invalidate callback never takes it.
+ * 1. gdrnic_file.lock (mutex): serialises the file's registrations (REG).
+ *    Held around gdrpeer_mr_pin(), so the invalidate callback never takes
+ *    it. DEREG does not take it: the xarray's own lock hands a handle's
+ *    registration out once.
  * 2. gdrnic_dev.engine_lock (mutex): the DMA engine and its buffers, held for
  *    one chunk of a transfer (at most two edu DMAs). Never held around a
  *    gdrpeer_* call, so the invalidate callback may take it: once it has, no
@@ -86,7 +88,7 @@ struct gdrnic_dev {
 	void *host_buf;
 	dma_addr_t host_dma;
 	struct mutex engine_lock;	/* lock 2 */
-	bool gone;			/* under engine_lock: unbound */
+	bool gone;			/* written under engine_lock: unbound */
 	struct miscdevice misc;
 };
 
@@ -94,8 +96,15 @@ struct gdrnic_file {
 	struct gdrnic_dev *nic;
 	struct gdrpeer_ctx *ctx;
 	struct pid *owner;		/* the opener's thread group: ctx's process */
-	struct mutex lock;		/* lock 1: serialises REG and DEREG */
-	struct xarray mrs;		/* handle -> gdrnic_mr, lookups under its xa_lock */
+	struct mutex lock;		/* lock 1: serialises REG */
+	/*
+	 * Handle - 1 -> gdrnic_mr, lookups under its xa_lock. Indexed from 0
+	 * (handles from 1, as the uAPI says): a file with one registration keeps
+	 * it in the xarray's head, so REG and DEREG allocate and RCU-free no node.
+	 */
+	struct xarray mrs;
+	/* A registration's memory kept for the next (gdrnic_mr_alloc), or NULL. */
+	struct gdrnic_mr *spare;
 };
 
 struct gdrnic_mr {
@@ -158,11 +167,22 @@ static int edu_dma(struct gdrnic_dev *nic, u64 src, u64 dst, u32 len, bool to_pc
 	if (ret) {
 		/* The engine may still run: take the device out of service. */
 		pci_err(nic->pdev, "DMA of %u bytes did not finish\n", len);
-		nic->gone = true;
+		WRITE_ONCE(nic->gone, true);
 		return ret;
 	}
 	atomic64_inc(&gdrnic_stats.dma_ops);
 	return 0;
+}
+
+/*
+ * Whether the device was unbound (or its engine failed), for a new
+ * registration to refuse: read without engine_lock, as a registration that
+ * passes may see the device go right after anyway. Transfers read the flag
+ * under the lock, around the DMA.
+ */
+static bool gdrnic_gone(struct gdrnic_dev *nic)
+{
+	return READ_ONCE(nic->gone);
 }
 
 /* Called by gdrpeer when the NVIDIA driver frees the registered memory. */
@@ -273,6 +293,27 @@ static int gdrnic_dmabuf_addr(struct gdrnic_mr *m, u64 pos, u32 n, u64 *dma)
 	return -EINVAL;
 }
 
+/*
+ * A registration's memory, zeroed: the file's spare, or a new allocation.
+ * The spare is exchanged atomically: no lock is taken for it.
+ */
+static struct gdrnic_mr *gdrnic_mr_alloc(struct gdrnic_file *f)
+{
+	struct gdrnic_mr *m = xchg(&f->spare, NULL);
+
+	if (m)
+		memset(m, 0, sizeof(*m));
+	else
+		m = kzalloc_obj(*m, GFP_KERNEL);
+	return m;
+}
+
+/* Frees @m of @f, keeping it as the file's spare (freeing the one it replaces). */
+static void gdrnic_mr_free(struct gdrnic_file *f, struct gdrnic_mr *m)
+{
+	kfree(xchg(&f->spare, m));
+}
+
 static void gdrnic_mr_release(struct kref *ref)
 {
 	struct gdrnic_mr *m = container_of(ref, struct gdrnic_mr, ref);
@@ -297,7 +338,7 @@ static void gdrnic_mr_release(struct kref *ref)
 		gdrpeer_mr_unpin(m->mr);
 	}
 	atomic64_dec(&gdrnic_stats.registrations);
-	kfree(m);
+	gdrnic_mr_free(m->file, m);
 }
 
 static void gdrnic_mr_put(struct gdrnic_mr *m)
@@ -305,12 +346,55 @@ static void gdrnic_mr_put(struct gdrnic_mr *m)
 	kref_put(&m->ref, gdrnic_mr_release);
 }
 
+/* Files a registration, giving it its handle (its index in f->mrs, plus 1). */
+static int gdrnic_mr_add(struct gdrnic_file *f, struct gdrnic_mr *m, u32 *handle)
+{
+	u32 index;
+	int ret;
+
+	ret = xa_alloc(&f->mrs, &index, m, XA_LIMIT(0, INT_MAX - 1), GFP_KERNEL);
+	if (!ret)
+		*handle = index + 1;
+	return ret;
+}
+
+/* Takes the registration of @handle out of the file; NULL if there is none. */
+static struct gdrnic_mr *gdrnic_mr_take(struct gdrnic_file *f, u32 handle)
+{
+	return handle ? xa_erase(&f->mrs, handle - 1) : NULL;
+}
+
+/*
+ * Files @m, whose reference the caller gives up, writing its handle to
+ * *@handle, then copies @args (@size bytes, *@handle in them) to @uarg. Once
+ * filed, a DEREG of the handle (guessed) may free @m: it is not read again.
+ */
+static int gdrnic_mr_publish(struct gdrnic_file *f, struct gdrnic_mr *m, u32 *handle,
+			     void __user *uarg, const void *args, size_t size)
+{
+	int ret = gdrnic_mr_add(f, m, handle);
+
+	if (ret) {
+		gdrnic_mr_put(m);
+		return ret;
+	}
+	if (copy_to_user(uarg, args, size)) {
+		m = gdrnic_mr_take(f, *handle);
+		if (m)
+			gdrnic_mr_put(m);
+		return -EFAULT;
+	}
+	return 0;
+}
+
 static struct gdrnic_mr *gdrnic_mr_get(struct gdrnic_file *f, u32 handle)
 {
 	struct gdrnic_mr *m;
 
+	if (!handle)
+		return NULL;
 	xa_lock(&f->mrs);
-	m = xa_load(&f->mrs, handle);
+	m = xa_load(&f->mrs, handle - 1);
 	if (m)
 		kref_get(&m->ref);
 	xa_unlock(&f->mrs);
@@ -321,12 +405,12 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 {
 	struct gdrnic_reg_args a;
 	struct gdrnic_mr *m;
-	u32 handle, n;
 	int ret;
+	u32 n;
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
 		return -EFAULT;
-	m = kzalloc_obj(*m, GFP_KERNEL);
+	m = gdrnic_mr_alloc(f);
 	if (!m)
 		return -ENOMEM;
 	kref_init(&m->ref);
@@ -337,45 +421,34 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 
 	mutex_lock(&f->lock);
 	/* Unbound: the device may no longer be given addresses. */
-	mutex_lock(&f->nic->engine_lock);
-	ret = f->nic->gone ? -ENODEV : 0;
-	mutex_unlock(&f->nic->engine_lock);
-	if (ret) {
+	if (gdrnic_gone(f->nic)) {
 		mutex_unlock(&f->lock);
-		kfree(m);
-		return ret;
+		gdrnic_mr_free(f, m);
+		return -ENODEV;
 	}
 	m->mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va, a.len, gdrnic_invalidate, m,
 			       &m->info);
 	if (IS_ERR(m->mr)) {
 		ret = PTR_ERR(m->mr);
 		mutex_unlock(&f->lock);
-		kfree(m);
+		gdrnic_mr_free(f, m);
 		return ret;
 	}
-	atomic64_inc(&gdrnic_stats.registrations);
-	ret = xa_alloc(&f->mrs, &handle, m, xa_limit_31b, GFP_KERNEL);
 	mutex_unlock(&f->lock);
-	if (ret) {
-		gdrnic_mr_put(m);
-		return ret;
-	}
+	atomic64_inc(&gdrnic_stats.registrations);
 
-	a.handle = handle;
+	/* Read and copied out before the registration is filed (gdrnic_mr_publish). */
 	a.aligned_va = m->info.aligned_va;
 	a.offset = m->info.offset;
 	a.page_count = m->info.page_count;
 	a.page_size = m->info.page_size;
 	n = min(a.addrs_cap, m->info.page_count);
-	if ((a.addrs && copy_to_user(u64_to_user_ptr(a.addrs), m->info.dma_addrs,
-				     n * sizeof(u64))) ||
-	    copy_to_user(uarg, &a, sizeof(a))) {
-		m = xa_erase(&f->mrs, handle);
-		if (m)
-			gdrnic_mr_put(m);
+	if (a.addrs && copy_to_user(u64_to_user_ptr(a.addrs), m->info.dma_addrs,
+				    n * sizeof(u64))) {
+		gdrnic_mr_put(m);
 		return -EFAULT;
 	}
-	return 0;
+	return gdrnic_mr_publish(f, m, &a.handle, uarg, &a, sizeof(a));
 }
 
 static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
@@ -385,7 +458,6 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 	struct dma_buf *dmabuf;
 	struct gdrnic_mr *m;
 	u64 offset, end;
-	u32 handle;
 	int ret;
 
 	if (copy_from_user(&a, uarg, sizeof(a)))
@@ -399,11 +471,8 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 	else if (a.flags & GDRNIC_DMABUF_NO_INVALIDATE)
 		ops = &gdrnic_dmabuf_no_invalidate_ops;
 
-	mutex_lock(&f->nic->engine_lock);
-	ret = f->nic->gone ? -ENODEV : 0;
-	mutex_unlock(&f->nic->engine_lock);
-	if (ret)
-		return ret;
+	if (gdrnic_gone(f->nic))
+		return -ENODEV;
 	if (a.flags & GDRNIC_DMABUF_KAPI) {
 		/* An in-kernel exporter's user: the va of this process, as REG. */
 		u32 flags = a.flags & GDRNIC_DMABUF_KAPI_PERSISTENT ?
@@ -420,7 +489,7 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 		dma_buf_put(dmabuf);
 		return -EINVAL;
 	}
-	m = kzalloc_obj(*m, GFP_KERNEL);
+	m = gdrnic_mr_alloc(f);
 	if (!m) {
 		dma_buf_put(dmabuf);
 		return -ENOMEM;
@@ -435,13 +504,14 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 	if (IS_ERR(m->attach)) {
 		ret = PTR_ERR(m->attach);
 		dma_buf_put(dmabuf);
-		kfree(m);
+		gdrnic_mr_free(f, m);
 		return ret;
 	}
 	atomic64_inc(&gdrnic_stats.registrations);
 	atomic64_inc(&gdrnic_stats.dmabuf_imports);
 
 	/* Mapped now, as the RDMA drivers map at registration. */
+	ret = 0;
 	dma_resv_lock(dmabuf->resv, NULL);
 	if (a.flags & GDRNIC_DMABUF_PINNED) {
 		ret = dma_buf_pin(m->attach);
@@ -451,20 +521,11 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 		ret = gdrnic_dmabuf_map(m);
 	a.nents = m->sgt ? m->sgt->nents : 0;
 	dma_resv_unlock(dmabuf->resv);
-	if (!ret)
-		ret = xa_alloc(&f->mrs, &handle, m, xa_limit_31b, GFP_KERNEL);
 	if (ret) {
 		gdrnic_mr_put(m);
 		return ret;
 	}
-	a.handle = handle;
-	if (copy_to_user(uarg, &a, sizeof(a))) {
-		m = xa_erase(&f->mrs, handle);
-		if (m)
-			gdrnic_mr_put(m);
-		return -EFAULT;
-	}
-	return 0;
+	return gdrnic_mr_publish(f, m, &a.handle, uarg, &a, sizeof(a));
 }
 
 static long gdrnic_dereg(struct gdrnic_file *f, u32 __user *uarg)
@@ -474,9 +535,8 @@ static long gdrnic_dereg(struct gdrnic_file *f, u32 __user *uarg)
 
 	if (get_user(handle, uarg))
 		return -EFAULT;
-	mutex_lock(&f->lock);
-	m = xa_erase(&f->mrs, handle);
-	mutex_unlock(&f->lock);
+	/* The xarray's own lock suffices: the handle is taken out once. */
+	m = gdrnic_mr_take(f, handle);
 	if (!m)
 		return -ENOENT;
 	/* Unpinned now, or when the last transfer on it ends. */
@@ -1431,11 +1491,10 @@ static long gdrnic_fuzz(struct gdrnic_file *f, void __user *uarg)
 	s->a->first_failure_errno = 0;
 	memset(s->a->counts, 0, sizeof(s->a->counts));
 
-	mutex_lock(&f->nic->engine_lock);
-	ret = f->nic->gone ? -ENODEV : 0;
-	mutex_unlock(&f->nic->engine_lock);
-	if (ret)
+	if (gdrnic_gone(f->nic)) {
+		ret = -ENODEV;
 		goto out;
+	}
 	s->peer = f->nic->pdev;
 	s->mine = task_tgid(current) == f->owner;
 	s->enomem = s->a->flags & GDRNIC_FUZZ_FAULTS ? O(ENOMEM) : 0;
@@ -1507,7 +1566,7 @@ static int gdrnic_open(struct inode *inode, struct file *file)
 	}
 	f->owner = get_pid(task_tgid(current));
 	mutex_init(&f->lock);
-	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC1);
+	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC);
 	kref_get(&nic->ref);
 	f->nic = nic;
 	file->private_data = f;
@@ -1526,6 +1585,7 @@ static int gdrnic_release(struct inode *inode, struct file *file)
 		gdrnic_mr_put(m);
 	}
 	xa_destroy(&f->mrs);
+	kfree(f->spare);
 	gdrpeer_ctx_destroy(f->ctx);
 	put_pid(f->owner);
 	kref_put(&f->nic->ref, gdrnic_dev_release);
@@ -1622,7 +1682,7 @@ static void gdrnic_remove(struct pci_dev *pdev)
 	mutex_unlock(&gdrnic_bind_lock);
 	/* Files still open fail their transfers with -ENODEV from here on. */
 	mutex_lock(&nic->engine_lock);
-	nic->gone = true;
+	WRITE_ONCE(nic->gone, true);
 	dma_free_coherent(&pdev->dev, EDU_DMA_MAX, nic->host_buf, nic->host_dma);
 	mutex_unlock(&nic->engine_lock);
 	kref_put(&nic->ref, gdrnic_dev_release);
