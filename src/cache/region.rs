@@ -85,7 +85,7 @@ pub(crate) struct Region {
     /// Its share of the global counters, settled by its release or NVIDIA's free callback,
     /// whichever comes first ([`Tally`]).
     pub(super) tally: Tally,
-    /// Its place in `Inner::lru`, used by no other list.
+    /// Its place in `Inner::lru` (the eviction list), used by no other list.
     #[pin]
     pub(super) lru_links: ListLinks,
     #[pin]
@@ -262,7 +262,8 @@ impl Region {
                     &ctx.inner,
                     Book {
                         refs: 0,
-                        unused: false,
+                        in_lru: false,
+                        referenced: false,
                         in_tree: false,
                         accounted: false,
                         kept: 0,
