@@ -581,7 +581,9 @@ impl Context {
         // it could not note would stay pinned.
         let trees = core::mem::take(&mut inner.regions);
         for region in lru.iter() {
-            region.book.access_mut(&mut inner).unused = false;
+            let book = region.book.access_mut(&mut inner);
+            book.in_lru = false;
+            book.referenced = false;
         }
         // A kept region stays pinned for its keepers; the last one's [`Context::unkeep`]
         // releases it.
@@ -610,7 +612,8 @@ impl Context {
         for tree in inner.regions.iter() {
             for (_, region) in tree.iter() {
                 let book = region.book.access(&inner);
-                f(region, book.refs, book.unused)?;
+                // In its tree with no reference: unused (in the eviction list).
+                f(region, book.refs, book.refs == 0)?;
             }
         }
         Ok(())

@@ -29,8 +29,8 @@ pub(crate) struct Usage {
 }
 
 impl Limits {
-    /// Whether `usage` is over a limit, so that the least recently used unused region must
-    /// go. Limits bound what is pinned, in use or not; only unused regions are ever evicted,
+    /// Whether `usage` is over a limit, so that an unused region (the eviction list's next)
+    /// must go. Limits bound what is pinned, in use or not; only unused regions are ever evicted,
     /// so a context whose regions are all in use may stay over them.
     pub(crate) fn exceeded_by(&self, usage: &Usage) -> bool {
         let over = |limit: u64, value: u64| limit != 0 && value > limit;

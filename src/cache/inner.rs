@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! A context's cache state ([`Inner`], under [`Context::inner`](super::Context::inner)): the region trees, the LRU
-//! of unused regions, the handles, and each region's bookkeeping ([`Book`]).
+//! A context's cache state ([`Inner`], under [`Context::inner`](super::Context::inner)): the region trees, the
+//! eviction list (a second-chance LRU of the cached regions), the handles, and each region's
+//! bookkeeping ([`Book`]).
 
 use kernel::{
     list::{List, ListArc},
@@ -28,7 +29,12 @@ pub(crate) struct Inner {
     /// tree never overlap; a revoked region may linger until the context's next operation
     /// reaps it ([`Inner::reap`]), and is never a hit.
     pub(super) regions: [Index<Arc<Region>>; 2],
-    /// Unused regions, least recently used first: the first is evicted first. A region's
+    /// The eviction order, a second-chance ("CLOCK") approximation of least recently used
+    /// first: every unused region in a tree is in it, and a region in use may be (a hit leaves
+    /// a region where it is, so that it writes none of its neighbours, which are as cold as it
+    /// in a large cache). [`Inner::evict_lru`] takes from the front: a region in use leaves the
+    /// list (its last user puts it back, at the end), a region hit since it last came by
+    /// ([`Book::referenced`]) goes to the end, and the first other one is evicted. A region's
     /// place in it costs no allocation (its links are in the region).
     pub(super) lru: List<Region>,
     pub(super) handles: RBTree<u64, Handle>,
@@ -42,11 +48,19 @@ pub(crate) struct Inner {
 }
 
 /// Per-region bookkeeping, protected by the owning context's [`Context::inner`](super::Context::inner).
+///
+/// Under that lock, outside the engine's own steps: a region in its tree with no reference
+/// (`refs == 0`, unused) is in `Inner::lru` (`in_lru`); a region out of every tree is in
+/// neither; `referenced` is false while the region is out of the list.
 pub(super) struct Book {
     /// Handles that refer to the region.
     pub(super) refs: u64,
-    /// Whether the region is in `Inner::lru` (unused).
-    pub(super) unused: bool,
+    /// Whether the region is in `Inner::lru`: always while it is unused and cached, and
+    /// maybe while it is in use (a hit leaves it there).
+    pub(super) in_lru: bool,
+    /// Whether it was hit since it went into `Inner::lru` or [`Inner::evict_lru`] last passed
+    /// it: its second chance, a move to the end of the list instead of an eviction.
+    pub(super) referenced: bool,
     /// Whether the region is in `Inner::regions`.
     pub(super) in_tree: bool,
     /// Whether its bytes are counted in the context (globally: `Region::tally`).
@@ -162,39 +176,51 @@ impl Inner {
         Ok(())
     }
 
-    /// Takes a region out of the tree and the LRU (handles keep it alive).
+    /// Takes a region out of the tree and the eviction list, in use or not (handles keep it
+    /// alive).
     pub(super) fn forget(&mut self, region: &Arc<Region>) {
         let kind = region.pinned.kind();
         let start = region.pinned.range().start();
         let book = region.book.access_mut(self);
-        let (in_tree, unused) = (book.in_tree, book.unused);
+        let (in_tree, in_lru) = (book.in_tree, book.in_lru);
         book.in_tree = false;
-        book.unused = false;
+        book.in_lru = false;
+        book.referenced = false;
         if in_tree {
             // Never allocates: a forget cannot fail.
             drop(self.regions[tree_index(kind)].remove_if(start, |r| Arc::ptr_eq(r, region)));
         }
-        if unused {
+        if in_lru {
             self.lru_remove(region);
         }
     }
 
-    pub(super) fn take_ref(&mut self, region: &Arc<Region>) {
+    /// Takes a reference on a region for a new user. A region in the eviction list stays
+    /// where it is, marked as referenced ([`Book::referenced`]): a hit writes the region alone,
+    /// not its neighbours in the list.
+    pub(super) fn take_ref(&mut self, region: &Region) {
         let book = region.book.access_mut(self);
         book.refs += 1;
-        if core::mem::replace(&mut book.unused, false) {
-            self.lru_remove(region);
-        }
+        book.referenced = book.in_lru;
     }
 
+    /// A cached region's last user went: it goes to the end of the eviction list, unless it
+    /// is still in it (hit while it was there, [`Inner::take_ref`]), where it keeps its place
+    /// and its second chance.
     pub(super) fn make_unused(&mut self, region: &Arc<Region>) {
+        if self.book(region).in_lru {
+            return;
+        }
         match ListArc::try_from_arc(region.clone()) {
             Ok(item) => {
                 self.lru.push_back(item);
-                region.book.access_mut(self).unused = true;
+                let book = region.book.access_mut(self);
+                book.in_lru = true;
+                book.referenced = false;
             }
             Err(_) => {
-                // In a list already: never (only `lru` takes it, and it is not there).
+                // In a list already: never (only `lru` takes it, and `in_lru` says it is
+                // not there).
                 pr_err!("region made unused twice\n");
                 self.forget(region);
                 self.release(region);
@@ -202,10 +228,10 @@ impl Inner {
         }
     }
 
-    /// Takes out of `lru` a region that `Book::unused` says is in it.
+    /// Takes out of `lru` a region that `Book::in_lru` says is in it.
     pub(super) fn lru_remove(&mut self, region: &Region) {
         // SAFETY: a region's LRU links belong to `Inner::lru` of its own context alone
-        // (`make_unused`), and `Book::unused`, set when it went in and cleared (under this lock,
+        // (`make_unused`), and `Book::in_lru`, set when it went in and cleared (under this lock,
         // which `self` is) at every removal, said it is in this list.
         drop(unsafe { self.lru.remove(region) });
     }
@@ -253,16 +279,30 @@ impl Inner {
         }
     }
 
-    /// Unpins the least recently used unused region; false when there is none.
+    /// Unpins the first unused region of the eviction list that was not hit since it last
+    /// came by (second chance); false when no region is unused. On the way, regions in use
+    /// leave the list (their last user puts them back) and referenced ones go to its end,
+    /// their mark cleared: each region is passed at most twice, so this ends, and a region in
+    /// use is never evicted.
     pub(super) fn evict_lru(&mut self) -> bool {
-        let Some(item) = self.lru.pop_front() else {
-            return false;
-        };
-        let region = item.into_arc();
-        region.book.access_mut(self).unused = false;
-        self.forget(&region);
-        self.release(&region);
-        true
+        while let Some(item) = self.lru.pop_front() {
+            let book = item.book.access_mut(self);
+            if book.refs > 0 {
+                book.in_lru = false;
+                book.referenced = false;
+                continue;
+            }
+            if core::mem::replace(&mut book.referenced, false) {
+                self.lru.push_back(item);
+                continue;
+            }
+            book.in_lru = false;
+            let region = item.into_arc();
+            self.forget(&region);
+            self.release(&region);
+            return true;
+        }
+        false
     }
 
     /// Evicts unused regions while a limit is exceeded.

@@ -31,7 +31,8 @@ mod tests {
         Context::new(Env::get()?, false, Numbering::Counted)
     }
 
-    /// Caches a region of `kind` over `range`: accounted, in the tree, unused (in the LRU).
+    /// Caches a region of `kind` over `range`: accounted, in the tree, unused (in the
+    /// eviction list).
     fn cache(
         ctx: &Arc<Context>,
         inner: &mut Inner,
@@ -45,19 +46,30 @@ mod tests {
         Ok(region)
     }
 
-    /// The starts (in pages) of the regions `evict_lru` takes, in its order, until none is
-    /// left or `max` went.
-    fn evictions(inner: &mut Inner, max: usize) -> KVec<u64> {
+    /// The starts (in pages) of the regions `evict_lru` takes, in its order, until it takes
+    /// none. Each must be one of `cached` (regions in their tree): the one that left its tree.
+    fn evictions(inner: &mut Inner, cached: &[&Arc<Region>]) -> Result<KVec<u64>> {
         let mut order = KVec::new();
-        while order.len() < max {
-            let Some(first) = inner.lru.iter().next().map(|r| r.pinned.range().start()) else {
-                break;
-            };
-            if !inner.evict_lru() || order.push(first / GPU_PAGE_SIZE, GFP_KERNEL).is_err() {
-                break;
+        let mut gone = KVec::from_elem(false, cached.len(), GFP_KERNEL)?;
+        while inner.evict_lru() {
+            let mut taken = None;
+            for (i, r) in cached.iter().enumerate() {
+                if !gone[i] && !inner.book(r).in_tree {
+                    assert!(taken.is_none(), "one eviction took two regions");
+                    gone[i] = true;
+                    taken = Some(r.pinned.range().start() / GPU_PAGE_SIZE);
+                }
             }
+            assert!(taken.is_some(), "an eviction took none of the regions");
+            order.push(taken.unwrap_or(u64::MAX), GFP_KERNEL)?;
         }
-        order
+        Ok(order)
+    }
+
+    /// A user of `region` goes (what `Context::drop_ref` does for a cached region).
+    fn put(inner: &mut Inner, region: &Arc<Region>) {
+        region.book.access_mut(inner).refs -= 1;
+        inner.make_unused(region);
     }
 
     #[test]
@@ -141,9 +153,10 @@ mod tests {
             assert_eq!(inner.stats.merges, 2);
             assert_eq!(inner.stats.regions, 3);
             assert_eq!(inner.stats.pinned_bytes, 14 * GPU_PAGE_SIZE);
-            assert!(!inner.book(&used).in_tree && !inner.book(&used).unused);
-            // Only the one apart is unused: the replaced ones left the LRU.
-            assert_eq!(&evictions(&mut inner, 8)[..], &[12]);
+            assert!(!inner.book(&used).in_tree && !inner.book(&used).in_lru);
+            // Only the one apart is unused: the replaced ones left the eviction list, the one
+            // in use too (a hit had left it there).
+            assert_eq!(&evictions(&mut inner, &[&apart, &merged])?[..], &[12]);
             used.book.access_mut(&mut inner).refs -= 1;
             inner.release(&used);
             assert_eq!(inner.stats.regions, 1);
@@ -158,14 +171,14 @@ mod tests {
         {
             let mut inner = ctx.inner.lock();
             let a = cache(&ctx, &mut inner, PinKind::Callback, pages(0, 1)?)?;
-            cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
-            cache(&ctx, &mut inner, PinKind::Callback, pages(4, 1)?)?;
-            // A hit takes `a` out of the LRU; unused again, it is the most recent.
+            let b = cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
+            let c = cache(&ctx, &mut inner, PinKind::Callback, pages(4, 1)?)?;
+            // A hit leaves `a` in its place, referenced; unused again, it goes after the
+            // others, which nobody hit.
             inner.take_ref(&a);
-            let book = a.book.access_mut(&mut inner);
-            book.refs -= 1;
-            inner.make_unused(&a);
-            assert_eq!(&evictions(&mut inner, 8)[..], &[2, 4, 0]);
+            assert!(inner.book(&a).in_lru && inner.book(&a).referenced);
+            put(&mut inner, &a);
+            assert_eq!(&evictions(&mut inner, &[&a, &b, &c])?[..], &[2, 4, 0]);
             // Nothing is left to evict, and nothing is accounted.
             assert!(!inner.evict_lru());
             assert_eq!((inner.stats.regions, inner.stats.pinned_bytes), (0, 0));
@@ -177,16 +190,55 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_region_goes_after_the_untouched_ones() -> Result {
+        let ctx = context()?;
+        {
+            let mut inner = ctx.inner.lock();
+            let mut r = KVec::new();
+            for first in [0, 2, 4, 6, 8] {
+                r.push(
+                    cache(&ctx, &mut inner, PinKind::Callback, pages(first, 1)?)?,
+                    GFP_KERNEL,
+                )?;
+            }
+            // Hits on the second and fourth (unused again at once), two on the third.
+            for i in [1, 2, 3, 2] {
+                inner.take_ref(&r[i]);
+                put(&mut inner, &r[i]);
+            }
+            // Those nobody hit go first, in the order they came; then the hit ones, in theirs.
+            let all = [&r[0], &r[1], &r[2], &r[3], &r[4]];
+            assert_eq!(&evictions(&mut inner, &all)?[..], &[0, 8, 2, 4, 6]);
+            assert!(inner.lru.is_empty());
+        }
+        ctx.close();
+        Ok(())
+    }
+
+    #[test]
     fn a_region_in_use_is_never_evicted() -> Result {
         let ctx = context()?;
         {
             let mut inner = ctx.inner.lock();
             let used = cache(&ctx, &mut inner, PinKind::Callback, pages(0, 1)?)?;
-            cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
+            let other = cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
+            // A hit leaves it in the eviction list, where evictions pass it by.
             inner.take_ref(&used);
-            assert_eq!(&evictions(&mut inner, 8)[..], &[2]);
+            assert_eq!(&evictions(&mut inner, &[&used, &other])?[..], &[2]);
             assert!(inner.lookup(PinKind::Callback, &pages(0, 1)?).is_some());
-            used.book.access_mut(&mut inner).refs -= 1;
+            // Passed by in use, it left the list, and the limits cannot take it either.
+            assert!(!inner.book(&used).in_lru && inner.lru.is_empty());
+            inner.trim(&Limits {
+                ctx_regions: 1,
+                ctx_bytes: 1,
+                ..NONE
+            });
+            assert_eq!(inner.stats.regions, 1);
+            // Unused again, it is back in the list, and the next eviction takes it.
+            put(&mut inner, &used);
+            assert!(inner.book(&used).in_lru && !inner.book(&used).referenced);
+            assert_eq!(&evictions(&mut inner, &[&used])?[..], &[0]);
+            assert_eq!(inner.stats.regions, 0);
         }
         ctx.close();
         Ok(())

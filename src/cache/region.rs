@@ -26,14 +26,21 @@ use crate::{
     stats::GLOBAL,
 };
 
-/// Front-ends' notifiers on a region (the kernel API's registrations).
+/// Front-ends' notifiers on a region (handles' events, mappings, the kernel API's
+/// registrations).
 pub(super) struct Notifiers {
+    /// One notifier kept in the region itself, by its id: the first registered while the slot
+    /// is free. A handle's event, which comes and goes with every pin and unpin of a cached
+    /// region, lives here when it is the region's only notifier, so that a hit touches no
+    /// memory but the region's for it (a node apart is one more cold page in a large cache).
+    pub(super) first: Option<(u64, Watcher)>,
+    /// The others, by id.
     pub(super) list: RBTree<u64, Watcher>,
-    /// A node's memory kept from the last removal for the next registration: a handle's event
-    /// comes and goes with every pin and unpin of a cached region, allocating nothing.
+    /// A node's memory kept from the last removal from `list` for the next registration that
+    /// finds `first` taken: notifiers that come and go allocate nothing.
     pub(super) spare: Option<RBTreeNodeReservation<u64, Watcher>>,
     pub(super) next_id: u64,
-    /// The free callback has taken `list` and is calling it.
+    /// The free callback has taken `first` and `list` and is calling them.
     pub(super) running: bool,
 }
 
@@ -50,7 +57,7 @@ pub(super) enum Watcher {
 /// # Invariants
 ///
 /// The notifier stays valid until [`Region::remove_notifier`] of its id has returned, or
-/// until the free callback that took it out of the list has dropped the list.
+/// until the free callback that took it out of the region's notifiers has dropped them.
 pub(super) struct LentNotifier(NonNull<dyn Notifier>);
 
 // SAFETY: a `Notifier` is `Send + Sync`; this only lets a thread call it through a shared
@@ -64,8 +71,8 @@ impl Watcher {
         match self {
             Watcher::Event(event) => event.notify(),
             Watcher::Boxed(notifier) => notifier.notify(),
-            // SAFETY: the notifier is called from the list, so before its removal returned
-            // or the list was dropped (type invariant).
+            // SAFETY: the notifier is called from the region's notifiers, so before its
+            // removal returned or they were dropped (type invariant).
             Watcher::Lent(lent) => unsafe { lent.0.as_ref() }.notify(),
         }
     }
@@ -85,7 +92,7 @@ pub(crate) struct Region {
     /// Its share of the global counters, settled by its release or NVIDIA's free callback,
     /// whichever comes first ([`Tally`]).
     pub(super) tally: Tally,
-    /// Its place in `Inner::lru`, used by no other list.
+    /// Its place in `Inner::lru` (the eviction list), used by no other list.
     #[pin]
     pub(super) lru_links: ListLinks,
     #[pin]
@@ -129,15 +136,18 @@ impl PinOwner for Region {
     }
 
     fn invalidate(&self) {
-        let list = {
+        let (first, list) = {
             let mut n = self.notifiers.lock();
             n.running = true;
-            core::mem::take(&mut n.list)
+            (n.first.take(), core::mem::take(&mut n.list))
         };
+        if let Some((_, notifier)) = &first {
+            notifier.notify();
+        }
         for (_, notifier) in list.iter() {
             notifier.notify();
         }
-        drop(list);
+        drop((first, list));
         self.notifiers.lock().running = false;
         self.notified.notify_all();
     }
@@ -262,7 +272,8 @@ impl Region {
                     &ctx.inner,
                     Book {
                         refs: 0,
-                        unused: false,
+                        in_lru: false,
+                        referenced: false,
                         in_tree: false,
                         accounted: false,
                         kept: 0,
@@ -270,6 +281,7 @@ impl Region {
                 ),
                 notifiers <- new_spinlock!(
                     Notifiers {
+                        first: None,
                         list: RBTree::new(),
                         spare: None,
                         next_id: 0,
@@ -289,17 +301,16 @@ impl Region {
     }
 
     /// gdrpeer's own memory for a cached region of `pages` pages, as the slab rounds each
-    /// allocation: the region (with its `Arc` count and its LRU links), the notifier node it
-    /// keeps once a handle had an event, its array of bus addresses, and its entry in the
-    /// region index, counted twice for the room a bucket keeps (a bucket's tree node is shared
-    /// by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not
-    /// counted: a region needs none to be cached.
+    /// allocation: the region (with its `Arc` count, its LRU links and the notifier slot a
+    /// handle's event takes), its array of bus addresses, and its entry in the region index,
+    /// counted twice for the room a bucket keeps (a bucket's tree node is shared by up to
+    /// [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not counted
+    /// (a region needs none to be cached), nor the node it keeps once it had two notifiers at a
+    /// time (a handle's event beside a mapping or a registration).
     pub(super) fn memory(pages: u32) -> u64 {
         use core::mem::size_of;
-        type Node<K, V> = (K, V, kernel::bindings::rb_node);
         let parts = [
             size_of::<usize>() + size_of::<Region>(),
-            size_of::<Node<u64, Watcher>>(),
             pages as usize * size_of::<u64>(),
         ];
         let entry = 2 * size_of::<(u64, Arc<Region>)>();
@@ -331,7 +342,7 @@ impl Region {
     /// of the returned id has returned (on failure, until this returns).
     pub(crate) unsafe fn add_lent_notifier(&self, notifier: NonNull<dyn Notifier>) -> Result<u64> {
         // INVARIANT: the caller keeps the notifier valid until its removal has returned; the
-        // callback drops its list before a removal that waits for it returns.
+        // callback drops the notifiers it took before a removal that waits for it returns.
         self.add_watcher(Watcher::Lent(LentNotifier(notifier)))
     }
 
@@ -343,24 +354,40 @@ impl Region {
     pub(super) fn add_watcher(&self, watcher: Watcher) -> Result<u64> {
         let id = {
             let mut n = self.notifiers.lock();
-            let node = match n.spare.take() {
-                Some(node) => node,
-                None => {
-                    // Allocated without the spinlock.
-                    drop(n);
-                    let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
-                    n = self.notifiers.lock();
-                    node
-                }
-            };
+            // A node for `list`, unless the slot in the region is free.
+            let mut node = None;
+            if n.first.is_some() {
+                node = match n.spare.take() {
+                    Some(node) => Some(node),
+                    None => {
+                        // Allocated without the spinlock.
+                        drop(n);
+                        let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+                        n = self.notifiers.lock();
+                        Some(node)
+                    }
+                };
+            }
             n.next_id += 1;
             let id = n.next_id;
-            n.list.insert(node.into_node(id, watcher));
+            match node {
+                Some(node) if n.first.is_some() => {
+                    n.list.insert(node.into_node(id, watcher));
+                }
+                node => {
+                    // The slot is free: it was, or it was freed while the lock was dropped
+                    // (the node is then kept for the next).
+                    n.first = Some((id, watcher));
+                    if let Some(node) = node {
+                        n.spare.get_or_insert(node);
+                    }
+                }
+            }
             id
         };
-        // The callback marks the pin revoked before it takes the list: if it has not yet,
-        // it will call this notifier. If it has, the notifier is either still in the list
-        // (the callback took the list before it was inserted: it is never called, and goes),
+        // The callback marks the pin revoked before it takes the notifiers: if it has not yet,
+        // it will call this notifier. If it has, the notifier is either still registered
+        // (the callback took them before it was added: it is never called, and goes),
         // or was taken and called: then it is registered like any other, and the caller must
         // not report the free a second time.
         if self.pinned.is_revoked() && self.remove_notifier(id) {
@@ -374,6 +401,10 @@ impl Region {
     pub(crate) fn remove_notifier(&self, id: u64) -> bool {
         let mut n = self.notifiers.lock();
         loop {
+            if n.first.as_ref().is_some_and(|(first, _)| *first == id) {
+                n.first = None;
+                return true;
+            }
             if let Some(node) = n.list.remove_node(&id) {
                 let node = node.into_reservation();
                 n.spare.get_or_insert(node);
