@@ -1220,11 +1220,21 @@ mod tests {
             include_str!("../../../Documentation/dev/perf/bench-mapping.json"),
             include_str!("../../../Documentation/dev/perf/bench-dmabuf.json"),
             include_str!("../../../Documentation/dev/perf/bench-2787d1b.json"),
+            include_str!("../../../Documentation/dev/perf/bench-d7614ef-i4.json"),
         ] {
             let r: Report = serde_json::from_str(text).unwrap();
             assert!(r.table().contains("targets (issue 21"));
             assert!(r.rst().contains("P8e"));
             assert_eq!(r.targets().len(), 14);
         }
+        // A run with interleaved targets: they take those figures, and the table lists them.
+        let r: Report = serde_json::from_str(include_str!(
+            "../../../Documentation/dev/perf/bench-d7614ef-i4.json"
+        ))
+        .unwrap();
+        let p7 = r.interleaved.iter().find(|i| i.id == "P7").unwrap();
+        assert_eq!(r.targets()[6].value, p7.value);
+        assert_eq!(p7.rounds.len(), 25);
+        assert!(r.table().contains("\ninterleaved ("), "{}", r.table());
     }
 }
