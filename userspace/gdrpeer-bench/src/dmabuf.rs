@@ -6,7 +6,7 @@
 //! (`gdrpeer_mr_pin`), on a cached region and when every use pins anew.
 
 use crate::interleave::{self, Step, ROUNDS};
-use crate::measure::{c, g, op, series, timed, Config, WARMUP};
+use crate::measure::{c, g, op, pin_unpin, series, timed, Config, WARMUP};
 use crate::report::{Interleaved, Op};
 use gdrpeer::{cuda::Cuda, Device, PinFlags};
 use nvsim::gdrnic::{nstat, Nic, DMABUF_KAPI};
@@ -96,14 +96,8 @@ fn p7(
     reg_buf: u64,
 ) -> Result<Interleaved, String> {
     let pin_buf = own_page(cuda)?;
-    let pin_unpin = || -> Result<Duration, String> {
-        Ok(timed(|| {
-            let p = g(dev.pin(pin_buf, K64, PinFlags::empty()), "pin")?;
-            g(dev.unpin(p.handle), "unpin")
-        })?
-        .1)
-    };
-    pin_unpin()?;
+    let pin_hit = || pin_unpin(dev, pin_buf, K64, PinFlags::empty());
+    pin_hit()?;
     let block = cfg.reps / ROUNDS;
     let before = calls()?;
     let r = interleave::measure(
@@ -114,12 +108,12 @@ fn p7(
                 reg_dereg(nic, reg_buf)
             }),
             Step::new("nic_null", "NIC null ioctl", block, || nic_null(nic)),
-            Step::new("reuse_cached_64k", "PIN + UNPIN, hit", block, pin_unpin),
+            Step::new("reuse_cached_64k", "PIN + UNPIN, hit", block, pin_hit),
         ],
         interleave::kapi_quotient,
     )?;
-    let made: Calls =
-        std::array::from_fn(|i| calls().map(|a| a[i] - before[i]).unwrap_or(u64::MAX));
+    let after = calls()?;
+    let made: Calls = std::array::from_fn(|i| after[i] - before[i]);
     if made != NONE {
         return Err(format!(
             "P7, interleaved: {} nv-p2p pins, {} DMA mappings and {} dma-buf maps, expected none",

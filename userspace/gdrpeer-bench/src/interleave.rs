@@ -8,7 +8,7 @@
 //! far the figure can be trusted.
 
 use crate::measure::WARMUP;
-use crate::report::{Interleaved, Latency, Op};
+use crate::report::{self, Interleaved, Latency, Op};
 use std::time::Duration;
 
 /// Rounds of an interleaved measurement.
@@ -99,19 +99,14 @@ pub fn measure(
 
 /// `a / b` of the first two medians.
 pub fn quotient(m: &[u64]) -> Option<f64> {
-    match m {
-        [a, b, ..] if *b > 0 => Some(*a as f64 / *b as f64),
-        _ => None,
-    }
+    report::quotient(m.first().copied(), m.get(1).copied())
 }
 
 /// P7: (the NIC's REG + DEREG less two of its null ioctls) / PIN + UNPIN, medians in that
 /// order.
 pub fn kapi_quotient(m: &[u64]) -> Option<f64> {
-    match m {
-        [reg, null, pin, ..] if *pin > 0 => Some(reg.saturating_sub(2 * null) as f64 / *pin as f64),
-        _ => None,
-    }
+    let at = |i: usize| m.get(i).copied();
+    report::quotient(report::kapi_time(at(0), at(1)), at(2))
 }
 
 #[cfg(test)]

@@ -208,13 +208,7 @@ fn single_ops(dev: &Device, cuda: &Cuda, cfg: &Config) -> Result<(Vec<Op>, Vec<N
             (PinFlags::NOCACHE, "nocache", "NOCACHE", cfg.slow_reps),
         ] {
             let key = format!("reuse_{how}_{name}");
-            let once = || {
-                Ok(timed(|| {
-                    let p = g(dev.pin(b, len, flags), "pin")?;
-                    g(dev.unpin(p.handle), "unpin")
-                })?
-                .1)
-            };
+            let once = || pin_unpin(dev, b, len, flags);
             // The 64 KiB misses, against nvsim's own cost in them (P3).
             let latency = if flags == PinFlags::NOCACHE && len == K64 {
                 let (latency, cost) = nv_series(&key, reps, once)?;
@@ -260,6 +254,15 @@ fn own_per_region() -> Option<u64> {
     let s = nvsim::testing::name_values("/sys/kernel/debug/gdrpeer/stats").ok()?;
     let (bytes, regions) = (*s.get("region_memory_bytes")?, *s.get("regions")?);
     (regions > 0).then(|| bytes / regions)
+}
+
+/// The time of a PIN of `len` bytes at `va` in `dev` and its UNPIN.
+pub fn pin_unpin(dev: &Device, va: u64, len: u64, flags: PinFlags) -> Result<Duration, String> {
+    Ok(timed(|| {
+        let p = g(dev.pin(va, len, flags), "pin")?;
+        g(dev.unpin(p.handle), "unpin")
+    })?
+    .1)
 }
 
 /// A PIN of a random one of `regions` (cached in `dev`): a hit, its UNPIN untimed.

@@ -330,11 +330,18 @@ fn own(b: Option<u64>) -> String {
 }
 
 /// `a / b`, `None` when either is missing or `b` is 0.
-fn quotient(a: Option<u64>, b: Option<u64>) -> Option<f64> {
+pub fn quotient(a: Option<u64>, b: Option<u64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if b > 0 => Some(a as f64 / b as f64),
         _ => None,
     }
+}
+
+/// gdrnic's REG + DEREG less its two system calls (its null ioctl): what a NIC driver's own
+/// call of gdrpeer_mr_pin() and gdrpeer_mr_unpin() costs (gdrnic's own bookkeeping stays in),
+/// P7's numerator.
+pub fn kapi_time(reg_dereg: Option<u64>, null: Option<u64>) -> Option<u64> {
+    Some(reg_dereg?.saturating_sub(2 * null?))
 }
 
 /// `a / b` as a ratio, or `n/a` when either is missing.
@@ -375,12 +382,7 @@ impl Report {
             _ => (lo.map(|p| p.hit.median_ns), hi.map(|p| p.hit.median_ns)),
         };
         let own = self.scaling.iter().filter_map(|p| p.own_per_region).max();
-        // gdrnic's REG + DEREG less its two system calls: what a NIC driver's own call of
-        // gdrpeer_mr_pin() and gdrpeer_mr_unpin() costs (gdrnic's own bookkeeping stays in).
-        let kapi = |key: &str| match (op(key), op("nic_null")) {
-            (Some(reg), Some(null)) => Some(reg.saturating_sub(2 * null)),
-            _ => None,
-        };
+        let kapi = |key: &str| kapi_time(op(key), op("nic_null"));
         let p6 = P6_BASE + P6_PER_PAGE * PAGES_PER_REGION;
         // A target measured interleaved takes that figure.
         let inter =
