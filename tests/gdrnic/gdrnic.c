@@ -451,6 +451,43 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 	return gdrnic_mr_publish(f, m, &a.handle, uarg, &a, sizeof(a));
 }
 
+/* REG_LOOP's callback: nothing uses the addresses after the unpin. */
+static void gdrnic_loop_invalidate(void *data)
+{
+	atomic64_inc(&gdrnic_stats.invalidations);
+}
+
+/*
+ * REG_LOOP: registrations of the same memory made and dropped in the kernel,
+ * under the file's lock as REG makes them, with nothing filed.
+ */
+static long gdrnic_reg_loop(struct gdrnic_file *f, void __user *uarg)
+{
+	struct gdrnic_reg_loop_args a;
+	struct gdrpeer_mr_info info;
+	struct gdrpeer_mr *mr;
+	int ret = 0;
+	u32 i;
+
+	if (copy_from_user(&a, uarg, sizeof(a)))
+		return -EFAULT;
+	if (a.pad || !a.count || a.count > GDRNIC_REG_LOOP_MAX)
+		return -EINVAL;
+	mutex_lock(&f->lock);
+	if (gdrnic_gone(f->nic))
+		ret = -ENODEV;
+	for (i = 0; !ret && i < a.count; i++) {
+		mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va, a.len,
+				    gdrnic_loop_invalidate, NULL, &info);
+		if (IS_ERR(mr))
+			ret = PTR_ERR(mr);
+		else
+			gdrpeer_mr_unpin(mr);
+	}
+	mutex_unlock(&f->lock);
+	return ret;
+}
+
 static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 {
 	const struct dma_buf_attach_ops *ops = &gdrnic_dmabuf_ops;
@@ -1543,6 +1580,8 @@ static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return gdrnic_dma_read(f, uarg);
 	case GDRNIC_IOCTL_DMABUF_SEGS:
 		return gdrnic_dmabuf_segs(f, uarg);
+	case GDRNIC_IOCTL_REG_LOOP:
+		return gdrnic_reg_loop(f, uarg);
 	default:
 		return -ENOTTY;
 	}

@@ -100,6 +100,23 @@ struct gdrnic_dma_read_args {
 };
 
 /*
+ * REG_LOOP: @count registrations of [@va, @va + @len) of the caller's GPU
+ * memory, each unregistered at once (gdrpeer_mr_pin() then
+ * gdrpeer_mr_unpin(), in the kernel: what a NIC driver's registration costs
+ * in gdrpeer, without a system call or the NIC's bookkeeping of its own).
+ * Stops at the first error, which it returns. -EINVAL: @count 0 or above
+ * GDRNIC_REG_LOOP_MAX, or @pad not 0.
+ */
+#define GDRNIC_REG_LOOP_MAX	4096
+
+struct gdrnic_reg_loop_args {
+	__u64 va;		/* in: GPU virtual address, any alignment */
+	__u64 len;		/* in: bytes */
+	__u32 count;		/* in: 1 .. GDRNIC_REG_LOOP_MAX */
+	__u32 pad;		/* in: 0 */
+};
+
+/*
  * DMABUF_SEGS: the DMA segments of a dma-buf import's mapping, as the
  * exporter's sg_table gives them (mapped again first if an invalidation
  * took the mapping away): the first @cap segments' addresses and lengths,
@@ -215,5 +232,6 @@ struct gdrnic_fuzz_args {
 #define GDRNIC_IOCTL_FUZZ	_IOWR(GDRNIC_IOCTL_MAGIC, 6, struct gdrnic_fuzz_args)
 #define GDRNIC_IOCTL_DMA_READ	_IOW(GDRNIC_IOCTL_MAGIC, 7, struct gdrnic_dma_read_args)
 #define GDRNIC_IOCTL_DMABUF_SEGS _IOWR(GDRNIC_IOCTL_MAGIC, 8, struct gdrnic_segs_args)
+#define GDRNIC_IOCTL_REG_LOOP	_IOW(GDRNIC_IOCTL_MAGIC, 9, struct gdrnic_reg_loop_args)
 
 #endif /* _UAPI_GDRNIC_H_ */

@@ -41,7 +41,7 @@ profile() {
 	set -- $(cat $GDRPEER/plan.args)
 	reps=${1:-200000}
 	[ $# -gt 0 ] && shift
-	loops=${*:-hit null miss inval free apiperf kapi}
+	loops=${*:-hit null miss inval free apiperf kapi kapi-loop}
 	export HOME=/tmp
 	# Whole-page CUDA allocations, as make bench makes them (lib-load.sh).
 	export LIBCUDA_SIM_SUBALLOC=0
@@ -57,6 +57,7 @@ profile() {
 	for op in $loops; do
 		case $op in
 		hit | null | kapi) n=$reps ;;
+		kapi-loop) n=$((reps / 16)) ;;
 		apiperf) n=$((reps / 10)) ;;
 		*) n=$((reps / 50)) ;;
 		esac

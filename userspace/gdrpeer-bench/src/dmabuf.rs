@@ -21,7 +21,8 @@ const K64: u64 = 1 << 16;
 type Calls = [u64; 3];
 const NONE: Calls = [0, 0, 0];
 const IMPORT: Calls = [0, 0, 1];
-/// A kernel-API hit without the mapping cache (`dma_map_keep=0`): REG maps, DEREG unmaps.
+/// A kernel-API hit without the mapping cache (`dma_map_keep=0`): the pin maps, the unpin
+/// unmaps.
 const MAP_ONLY: Calls = [0, 1, 0];
 const PIN_AND_IMPORT: Calls = [1, 1, 1];
 
@@ -80,14 +81,24 @@ fn reg_dereg(nic: &Nic, buf: u64) -> Result<Duration, String> {
     .1)
 }
 
+/// Registrations a REG_LOOP makes, one system call for them all.
+pub const KAPI_LOOP: u32 = 16;
+
+/// The time of one gdrpeer_mr_pin() + gdrpeer_mr_unpin() of 64 KiB at `buf` in the NIC's
+/// context, called by the NIC itself: a REG_LOOP of [`KAPI_LOOP`] timed whole, divided by
+/// their number (the system call, a sixteenth, stays in).
+fn kapi_hit(nic: &Nic, buf: u64) -> Result<Duration, String> {
+    Ok(timed(|| n(nic.reg_loop(buf, K64, KAPI_LOOP), "REG_LOOP"))?.1 / KAPI_LOOP)
+}
+
 /// A NIC null ioctl, timed.
 fn nic_null(nic: &Nic) -> Result<Duration, String> {
     Ok(timed(|| n(nic.null_ioctl(), "null ioctl"))?.1)
 }
 
-/// P7: the NIC's REG + DEREG of a cached region, its null ioctl and a PIN + UNPIN of a
-/// region cached in `dev`, in turn ([`interleave`]); checked to pin, DMA-map and import
-/// nothing.
+/// P7: the kernel-API hit (REG_LOOP), the NIC's REG + DEREG of a cached region, its null
+/// ioctl and a PIN + UNPIN of a region cached in `dev`, in turn ([`interleave`]); checked to
+/// pin, DMA-map and import nothing.
 fn p7(
     nic: &Nic,
     dev: &Device,
@@ -102,15 +113,22 @@ fn p7(
     let before = calls()?;
     let r = interleave::measure(
         "P7",
-        "NIC REG + DEREG (kernel API), NIC null ioctl, /dev/gdrpeer PIN + UNPIN; cache hits",
+        "kernel-API hit in the NIC, NIC REG + DEREG, NIC null ioctl, /dev/gdrpeer PIN + \
+         UNPIN; cache hits",
         vec![
+            Step::new(
+                "nic_kapi_hit",
+                "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC, hit",
+                block.div_ceil(KAPI_LOOP as usize),
+                || kapi_hit(nic, reg_buf),
+            ),
             Step::new("nic_reg_hit", "NIC REG + DEREG, hit", block, || {
                 reg_dereg(nic, reg_buf)
             }),
             Step::new("nic_null", "NIC null ioctl", block, || nic_null(nic)),
             Step::new("reuse_cached_64k", "PIN + UNPIN, hit", block, pin_hit),
         ],
-        interleave::kapi_quotient,
+        interleave::kapi_loop_quotient,
     )?;
     let after = calls()?;
     let made: Calls = std::array::from_fn(|i| after[i] - before[i]);
@@ -156,6 +174,15 @@ fn measure(
         cfg.reps,
         NONE,
         nic_reg,
+    )?);
+    // The same registration made by the NIC in the kernel, without its ioctls: the kernel
+    // API's own cost (P7).
+    ops.push(checked(
+        "nic_kapi_hit",
+        "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC (REG_LOOP), cache hit (64 KiB)",
+        cfg.reps / KAPI_LOOP as usize,
+        NONE,
+        || kapi_hit(nic, hit_buf),
     )?);
     interleaved.push(p7(nic, &dev, cuda, cfg, hit_buf)?);
     // The same without the mapping cache: measured by `nic-hit` with gdrpeer reloaded.
@@ -257,24 +284,26 @@ fn measure(
 }
 
 /// The key and the words of the kernel-API hit without the mapping cache.
-const NO_MAPPING_CACHE_KEY: &str = "nic_reg_hit_nokeep";
-const NO_MAPPING_CACHE: &str = "NIC REG + DEREG, kernel API, cache hit, no mapping cache (64 KiB)";
+const NO_MAPPING_CACHE_KEY: &str = "nic_kapi_hit_nokeep";
+const NO_MAPPING_CACHE: &str =
+    "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC (REG_LOOP), cache hit, no mapping cache \
+     (64 KiB)";
 
-/// `gdrpeer-bench nic-hit`: the NIC's REG + DEREG of a cached region with gdrpeer loaded with
-/// `dma_map_keep=0`, where each REG DMA-maps the region for the NIC and each DEREG unmaps it
-/// (checked: one DMA mapping a repetition, no pin).
+/// `gdrpeer-bench nic-hit`: the kernel-API hit of a cached region in the NIC (REG_LOOP) with
+/// gdrpeer loaded with `dma_map_keep=0`, where each pin DMA-maps the region for the NIC and
+/// each unpin unmaps it (checked: one DMA mapping a registration, no pin).
 pub fn no_mapping_cache(cfg_reps: usize) -> Result<Op, String> {
     let cuda = Cuda::load().map_err(|e| format!("{e} (the benchmarks need a CUDA driver)"))?;
     let nic = n(Nic::open(), "/dev/gdrnic")?;
     let buf = own_page(&cuda)?;
-    let nic_reg = || reg_dereg(&nic, buf);
-    nic_reg()?;
+    let hit = || kapi_hit(&nic, buf);
+    hit()?;
     let o = checked(
         NO_MAPPING_CACHE_KEY,
         NO_MAPPING_CACHE,
-        cfg_reps,
-        MAP_ONLY,
-        nic_reg,
+        cfg_reps / KAPI_LOOP as usize,
+        MAP_ONLY.map(|k| k * u64::from(KAPI_LOOP)),
+        hit,
     )?;
     c(cuda.mem_free(buf))?;
     Ok(o)

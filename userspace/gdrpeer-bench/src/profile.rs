@@ -3,6 +3,7 @@
 //! `gdrpeer-bench loop`: one operation repeated for a sampling profiler (`make profile` runs
 //! it under `perf record` in the benchmark guest). Prints the mean time per repetition.
 
+use crate::dmabuf::KAPI_LOOP;
 use crate::measure::{c, g, Failure};
 use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
 use nvsim::gdrnic::Nic;
@@ -27,8 +28,11 @@ pub enum LoopOp {
     /// gdr_map (REQ_MAPPING_TYPE, mmap, GET_INFO_V2), GET_INFO_V2, munmap, UNPIN_BUFFER.
     Apiperf,
     /// The sample NIC's REG + DEREG of a cached 64 KiB region through gdrpeer's kernel API
-    /// (`gdrpeer_mr_pin`, `gdrpeer_mr_unpin`): the kernel-API hit (P7).
+    /// (`gdrpeer_mr_pin`, `gdrpeer_mr_unpin`): P7c.
     Kapi,
+    /// The same pin and unpin made by the NIC in the kernel (REG_LOOP, 16 a system call;
+    /// a repetition is one of them): the kernel-API hit (P7).
+    KapiLoop,
 }
 
 /// Runs `op` `reps` times after a warm-up.
@@ -38,7 +42,7 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     // For the NIC, a pool block, whose first 64 KiB are a GPU page of its own (as the NIC's
     // benchmark registers them).
     let len = match op {
-        LoopOp::Kapi => nvsim::POOL_BLOCK,
+        LoopOp::Kapi | LoopOp::KapiLoop => nvsim::POOL_BLOCK,
         _ => K64,
     };
     let buf = c(cuda.mem_alloc(len as usize))?;
@@ -47,7 +51,9 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
         _ => None,
     };
     let nic = match op {
-        LoopOp::Kapi => Some(Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?),
+        LoopOp::Kapi | LoopOp::KapiLoop => {
+            Some(Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))?)
+        }
         _ => None,
     };
     let once = || -> Result<(), String> {
@@ -64,6 +70,11 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
                 let nic = nic.as_ref().ok_or("no /dev/gdrnic")?;
                 let mr = nic.reg(buf, K64).map_err(|e| format!("REG: {e}"))?;
                 nic.dereg(mr.handle).map_err(|e| format!("DEREG: {e}"))
+            }
+            LoopOp::KapiLoop => {
+                let nic = nic.as_ref().ok_or("no /dev/gdrnic")?;
+                nic.reg_loop(buf, K64, KAPI_LOOP)
+                    .map_err(|e| format!("REG_LOOP: {e}"))
             }
             LoopOp::Inval | LoopOp::Free => {
                 let b = c(cuda.mem_alloc(K64 as usize))?;
@@ -91,8 +102,12 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     for _ in 0..reps {
         once()?;
     }
-    let ns = start.elapsed().as_nanos() / reps.max(1) as u128;
-    println!("loop {op:?}: {reps} repetitions, {ns} ns each");
+    let per_rep = match op {
+        LoopOp::KapiLoop => reps * KAPI_LOOP as usize,
+        _ => reps,
+    };
+    let ns = start.elapsed().as_nanos() / per_rep.max(1) as u128;
+    println!("loop {op:?}: {per_rep} repetitions, {ns} ns each");
     drop(gd);
     drop(nic);
     drop(dev);

@@ -14,8 +14,8 @@ use crate::proc;
 use gdrpeer::PciAddress;
 pub use nvsim::gdrnic::{
     nstat, DmabufMr, Mr, Nic, RegArgs, XferArgs, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT,
-    DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE, RECV, SEND,
-    XFER_MAX,
+    DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE, RECV, REG_LOOP_MAX,
+    SEND, XFER_MAX,
 };
 use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
@@ -182,6 +182,53 @@ fn registrations_hit_the_cache() -> TestResult {
         1,
         "nv-p2p pins after dereg"
     );
+    Ok(())
+}
+
+/// REG_LOOP, the benchmark's kernel-API hit: gdrpeer_mr_pin() and gdrpeer_mr_unpin() made in
+/// the NIC, a miss then hits, each registration gone when it returns, and its bad requests
+/// refused with EINVAL, the memory freed under it with gdrpeer's error.
+fn reg_loop() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let n = nic()?;
+    let (pins, hits, maps) = (
+        stat("get_pages_calls")?,
+        gstat("hits")?,
+        gstat("dma_page_maps_made")?,
+    );
+    n.reg_loop(va + 100, K64 - 100, 50).map_err(errno)?;
+    check_eq!(stat("get_pages_calls")? - pins, 1, "nv-p2p pins for 50");
+    check_eq!(gstat("hits")? - hits, 49, "cache hits of 50");
+    // The region keeps its mapping for the NIC, unless loaded not to.
+    let keep = param("dma_map_keep")? != 0;
+    check_eq!(
+        gstat("dma_page_maps_made")? - maps,
+        if keep { 1 } else { 50 },
+        "DMA mappings for 50"
+    );
+    check_eq!(nstat("registrations")?, 0, "registrations left");
+    n.reg_loop(va, 2 * K64, REG_LOOP_MAX).map_err(errno)?;
+    check_eq!(
+        stat("get_pages_calls")? - pins,
+        2,
+        "nv-p2p pins after a longer window"
+    );
+    expect_err(n.reg_loop(va, K64, 0), Errno::INVAL, "count 0")?;
+    expect_err(
+        n.reg_loop(va, K64, REG_LOOP_MAX + 1),
+        Errno::INVAL,
+        "count above GDRNIC_REG_LOOP_MAX",
+    )?;
+    expect_err(n.reg_loop(va, 0, 1), Errno::INVAL, "zero length")?;
+    expect_err(
+        n.reg_loop(va + 4 * K64, K64, 1),
+        Errno::INVAL,
+        "not GPU memory",
+    )?;
+    gpu.free(va).map_err(errno)?;
+    expect_err(n.reg_loop(va, K64, 1), Errno::INVAL, "freed memory")?;
+    check_eq!(nstat("registrations")?, 0, "registrations left");
     Ok(())
 }
 
@@ -932,6 +979,7 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-registrations-hit-the-cache",
         registrations_hit_the_cache,
     ),
+    ("gdrnic-reg-loop", reg_loop),
     ("gdrnic-free-during-send", free_during_send),
     (
         "gdrnic-free-during-receive-writes-no-freed-memory",

@@ -74,6 +74,19 @@ struct SegsArgs {
     pad: u32,
 }
 
+/// `struct gdrnic_reg_loop_args`.
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+struct RegLoopArgs {
+    va: u64,
+    len: u64,
+    count: u32,
+    pad: u32,
+}
+
+/// `GDRNIC_REG_LOOP_MAX`: the most registrations of one REG_LOOP.
+pub const REG_LOOP_MAX: u32 = 4096;
+
 /// `GDRNIC_DMA_READ_MAX`: the longest DMA_READ.
 pub const DMA_READ_MAX: usize = 4032;
 
@@ -104,6 +117,7 @@ const REG_DMABUF: ioctl::Opcode = ioctl::opcode::read_write::<DmabufArgs>(MAGIC,
 const FUZZ: ioctl::Opcode = ioctl::opcode::read_write::<FuzzArgs>(MAGIC, 6);
 const DMA_READ: ioctl::Opcode = ioctl::opcode::write::<DmaReadArgs>(MAGIC, 7);
 const DMABUF_SEGS: ioctl::Opcode = ioctl::opcode::read_write::<SegsArgs>(MAGIC, 8);
+const REG_LOOP: ioctl::Opcode = ioctl::opcode::write::<RegLoopArgs>(MAGIC, 9);
 /// A command gdrnic does not know (number 0 is none of its): its dispatch returns ENOTTY
 /// at once, so the ioctl costs the system call alone.
 const UNKNOWN: ioctl::Opcode = ioctl::opcode::none(MAGIC, 0);
@@ -280,6 +294,20 @@ impl Nic {
             Ok(()) => Err(Errno::INVAL),
             Err(e) => Err(e),
         }
+    }
+
+    /// REG_LOOP: the NIC registers `[va, va + len)` and unregisters it at once, `count` times
+    /// (1 ..= [`REG_LOOP_MAX`]), in the kernel: gdrpeer_mr_pin() and gdrpeer_mr_unpin()
+    /// without a system call each. Stops at the first error, which it returns.
+    pub fn reg_loop(&self, va: u64, len: u64, count: u32) -> Result<(), Errno> {
+        let a = RegLoopArgs {
+            va,
+            len,
+            count,
+            pad: 0,
+        };
+        // SAFETY: REG_LOOP reads one `RegLoopArgs`, which holds no pointers.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<REG_LOOP, RegLoopArgs>::new(a)) }
     }
 
     /// FUZZ: the module makes `a.ops` random kernel-API calls and checks each outcome
