@@ -496,6 +496,13 @@ impl Context {
         Ok(region)
     }
 
+    /// Counts a cache hit that a front-end served without [`Context::hold`] (the kernel API's
+    /// registration kept whole: [`crate::kapi`]), in the global counters; the context's own
+    /// count under its lock is left alone.
+    pub(crate) fn count_hit(&self) {
+        GLOBAL.hits.add(1, Relaxed);
+    }
+
     /// Gives back a reference of [`Context::hold`]: the region stays cached (lazy unpin), or is
     /// released when it is out of the cache.
     pub(crate) fn unhold(&self, region: &Arc<Region>) {

@@ -36,6 +36,7 @@ use crate::{
 };
 
 /// A peer driver's invalidate callback with its data.
+#[derive(Clone, Copy)]
 struct Invalidate {
     f: unsafe extern "C" fn(*mut c_void),
     data: *mut c_void,
@@ -63,23 +64,71 @@ struct KapiCtx {
     shared: Arc<KapiShared>,
 }
 
-/// What a context's registrations share with it, and keep after its destroy: the context,
-/// and the memory of a registration unpinned, kept for the next pin (as `/dev/gdrpeer` keeps
-/// a spare handle node), so that a hit allocates nothing.
+/// What a context's registrations share with it, and keep after its destroy: the context;
+/// the context's last registration unpinned, kept whole for the next pin of a window in its
+/// region (the registration cache's hit); and the memory of a registration released, kept for
+/// the next pin (as `/dev/gdrpeer` keeps a spare handle node), so that a hit allocates nothing.
 struct KapiShared {
     ctx: Arc<Context>,
+    /// A registration unpinned, from [`KBox::into_raw`]; null when there is none
+    /// ([`KapiShared::park`]).
+    parked: Atomic<*mut KapiMr>,
+    /// Set by gdrpeer_ctx_destroy: nothing is parked from then on (a parked registration
+    /// holds a reference on this struct).
+    destroyed: Atomic<bool>,
     /// A registration's memory, unused, from [`KBox::into_raw`]; null when there is none.
     spare: Atomic<*mut MaybeUninit<KapiMr>>,
 }
 
-// SAFETY: `spare` is only read and written atomically, and what it points to is owned by
-// whichever thread took it out (`take_spare`), so sending or sharing the struct is sound.
+// SAFETY: `parked` and `spare` are only read and written atomically, and what they point to is
+// owned by whichever thread took it out (`take_parked`, `take_spare`); a `KapiMr` may be sent
+// (its callback may be called from any thread), so sending or sharing the struct is sound.
 unsafe impl Send for KapiShared {}
-// SAFETY: as for `Send`: `&KapiShared` gives `spare`'s memory only to the thread that takes it
-// out of the slot atomically.
+// SAFETY: as for `Send`: `&KapiShared` gives what `parked` and `spare` point to only to the
+// thread that takes it out of its slot atomically.
 unsafe impl Sync for KapiShared {}
 
 impl KapiShared {
+    /// The registration parked by an unpin, if any.
+    fn take_parked(&self) -> Option<KBox<KapiMr>> {
+        let p = self.parked.xchg(core::ptr::null_mut(), Full);
+        // SAFETY: a non-null `parked` came from `KBox::into_raw` (`park`) and was taken out of
+        // the slot here, once.
+        (!p.is_null()).then(|| unsafe { KBox::from_raw(p) })
+    }
+
+    /// Keeps `mr`, unpinned (its callback unregistered), for the context's next pin: its
+    /// region stays held and its use of the DMA mapping kept, so that a pin of a window in
+    /// the region needs neither the context's lock nor the region's mapping
+    /// ([`KapiMr::reuse`]). One registration is kept; the one it replaces is released. A
+    /// registration is released at once where the region's mappings are not kept
+    /// (`dma_map_keep=0`: the DMA use must end with it) and after gdrpeer_ctx_destroy.
+    fn park(&self, mr: KBox<KapiMr>) {
+        if !params::dma_map_keep() || self.destroyed.load(Relaxed) {
+            self.release(mr);
+            return;
+        }
+        let old = self.parked.xchg(KBox::into_raw(mr), Full);
+        if !old.is_null() {
+            // SAFETY: a non-null `parked` came from `KBox::into_raw` and was taken out of the
+            // slot here, once.
+            self.release(unsafe { KBox::from_raw(old) });
+        }
+        // gdrpeer_ctx_destroy sets `destroyed`, then empties the slot; the exchange above is a
+        // full barrier, as is the destroy's: either it saw `mr`, or `destroyed` is seen here.
+        if self.destroyed.load(Relaxed) {
+            if let Some(mr) = self.take_parked() {
+                self.release(mr);
+            }
+        }
+    }
+
+    /// Ends a registration: its use of the DMA mapping and its hold on the region go, and its
+    /// memory is kept for the next pin.
+    fn release(&self, mr: KBox<KapiMr>) {
+        self.keep_spare(KBox::drop_contents(mr));
+    }
+
     /// The registration memory kept for the next pin, if any.
     fn take_spare(&self) -> Option<KBox<MaybeUninit<KapiMr>>> {
         let p = self.spare.xchg(core::ptr::null_mut(), Full);
@@ -101,6 +150,7 @@ impl KapiShared {
 
 impl Drop for KapiShared {
     fn drop(&mut self) {
+        // Nothing is parked: a parked registration holds a reference on `self`.
         drop(self.take_spare());
     }
 }
@@ -125,6 +175,36 @@ impl KapiMr {
     /// The region it holds.
     fn region(&self) -> &Arc<Region> {
         self.dma.region()
+    }
+
+    /// Registers `invalidate` for `window` on the region, where the parked registration
+    /// (unregistered) serves the pin: `peer`'s, the region not revoked, `window` in it. Counts
+    /// a cache hit. Gives the registration back with the error it cannot be reused for.
+    fn reuse(
+        mut mr: KBox<Self>,
+        peer: &pci::Device,
+        window: GpuRange,
+        invalidate: Invalidate,
+    ) -> core::result::Result<KBox<Self>, (KBox<Self>, Error)> {
+        if !core::ptr::eq(mr.dma.peer(), peer) || mr.region().pinned().is_revoked() {
+            return Err((mr, ENXIO));
+        }
+        if let Err(e) = mr.dma.window_addresses(&window) {
+            return Err((mr, e));
+        }
+        mr.window = window;
+        mr.invalidate = invalidate;
+        // SAFETY: as in `pin`: `invalidate` lives in the box, which is freed only by
+        // `KapiMr`'s drop after `unregister` has returned, and is not borrowed mutably
+        // meanwhile (the box is not taken mutably again while registered).
+        match unsafe { mr.region().add_lent_notifier(NonNull::from(&mr.invalidate)) } {
+            Ok(id) => {
+                mr.notifier.store(id, Relaxed);
+                mr.shared.ctx.count_hit();
+                Ok(mr)
+            }
+            Err(e) => Err((mr, e)),
+        }
     }
 
     /// Unregisters the callback, if registered: once this returns it is not called and the
@@ -154,6 +234,8 @@ extern "C" fn gdrpeer_rs_ctx_create() -> *mut bindings::gdrpeer_ctx {
         let shared = Arc::new(
             KapiShared {
                 ctx,
+                parked: Atomic::new(core::ptr::null_mut()),
+                destroyed: Atomic::new(false),
                 spare: Atomic::new(core::ptr::null_mut()),
             },
             GFP_KERNEL,
@@ -173,6 +255,11 @@ unsafe extern "C" fn gdrpeer_rs_ctx_destroy(ctx: *mut bindings::gdrpeer_ctx) {
     }
     // SAFETY: per the function's contract, `ctx` is a boxed `KapiCtx` given back once.
     let ctx = unsafe { KBox::from_raw(ctx.cast::<KapiCtx>()) };
+    // The parked registration goes; none is parked after (`KapiShared::park`).
+    ctx.shared.destroyed.store(true, Relaxed);
+    if let Some(mr) = ctx.shared.take_parked() {
+        ctx.shared.release(mr);
+    }
     ctx.shared.ctx.close();
 }
 
@@ -240,6 +327,14 @@ fn pin(
         return Err(EACCES);
     }
     let window = GpuRange::new(va, len, params::max_pin_bytes())?;
+    // The last registration unpinned, where it serves this one; released where it does not,
+    // or fails (a callback made meanwhile: the pin below says what is left).
+    if let Some(parked) = shared.take_parked() {
+        match KapiMr::reuse(parked, peer, window, invalidate) {
+            Ok(mr) => return Ok(mr),
+            Err((parked, _)) => shared.release(parked),
+        }
+    }
     // Until the registration is complete, an early return gives the region back.
     let region = ScopeGuard::new_with_data(ctx.hold(window)?, |region| ctx.unhold(&region));
     let dma = region.dma_use(peer)?;
@@ -293,10 +388,10 @@ unsafe extern "C" fn gdrpeer_rs_mr_unpin(mr: *mut bindings::gdrpeer_mr) {
         // Waits for a callback in progress; none is made afterwards, and the region's list
         // no longer points into `mr`.
         mr.unregister();
-        // The registration's use of the DMA mapping ends with it, and its hold on the region;
-        // its memory is kept for the context's next pin.
+        // Kept whole for the context's next pin, or its use of the DMA mapping ends with it,
+        // and its hold on the region, its memory kept.
         let shared = mr.shared.clone();
-        shared.keep_spare(KBox::drop_contents(mr));
+        shared.park(mr);
     }
 }
 

@@ -476,7 +476,11 @@ impl DmaUse {
     /// own array, in place, which stays readable while this lives (also after the mapping
     /// went with a revocation: the values are then stale). -EINVAL beyond the region.
     pub(crate) fn window_addresses(&self, window: &GpuRange) -> Result<&[u64]> {
-        let first = window.first_page_in(self.region.pinned.range());
+        let range = self.region.pinned.range();
+        if !range.contains(window) {
+            return Err(EINVAL);
+        }
+        let first = window.first_page_in(range);
         let end = first
             .checked_add(window.page_count() as usize)
             .ok_or(EINVAL)?;

@@ -477,8 +477,8 @@ static long gdrnic_reg_loop(struct gdrnic_file *f, void __user *uarg)
 	if (gdrnic_gone(f->nic))
 		ret = -ENODEV;
 	for (i = 0; !ret && i < a.count; i++) {
-		mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va, a.len,
-				    gdrnic_loop_invalidate, NULL, &info);
+		mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va + (i & 1) * a.stride,
+				    a.len, gdrnic_loop_invalidate, NULL, &info);
 		if (IS_ERR(mr))
 			ret = PTR_ERR(mr);
 		else

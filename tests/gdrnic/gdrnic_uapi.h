@@ -101,17 +101,18 @@ struct gdrnic_dma_read_args {
 
 /*
  * REG_LOOP: @count registrations of [@va, @va + @len) of the caller's GPU
- * memory, each unregistered at once (gdrpeer_mr_pin() then
- * gdrpeer_mr_unpin(), in the kernel: what a NIC driver's registration costs
- * in gdrpeer, without a system call or the NIC's bookkeeping of its own).
- * Stops at the first error, which it returns. -EINVAL: @count 0 or above
- * GDRNIC_REG_LOOP_MAX, or @pad not 0.
+ * memory, every second one at @va + @stride instead, each unregistered at
+ * once (gdrpeer_mr_pin() then gdrpeer_mr_unpin(), in the kernel: what a NIC
+ * driver's registration costs in gdrpeer, without a system call or the NIC's
+ * bookkeeping of its own). Stops at the first error, which it returns.
+ * -EINVAL: @count 0 or above GDRNIC_REG_LOOP_MAX, or @pad not 0.
  */
 #define GDRNIC_REG_LOOP_MAX	4096
 
 struct gdrnic_reg_loop_args {
 	__u64 va;		/* in: GPU virtual address, any alignment */
 	__u64 len;		/* in: bytes */
+	__u64 stride;		/* in: bytes from @va of every second one, or 0 */
 	__u32 count;		/* in: 1 .. GDRNIC_REG_LOOP_MAX */
 	__u32 pad;		/* in: 0 */
 };

@@ -84,11 +84,12 @@ fn reg_dereg(nic: &Nic, buf: u64) -> Result<Duration, String> {
 /// Registrations a REG_LOOP makes, one system call for them all.
 pub const KAPI_LOOP: u32 = 16;
 
-/// The time of one gdrpeer_mr_pin() + gdrpeer_mr_unpin() of 64 KiB at `buf` in the NIC's
-/// context, called by the NIC itself: a REG_LOOP of [`KAPI_LOOP`] timed whole, divided by
-/// their number (the system call, a sixteenth, stays in).
-fn kapi_hit(nic: &Nic, buf: u64) -> Result<Duration, String> {
-    Ok(timed(|| n(nic.reg_loop(buf, K64, KAPI_LOOP), "REG_LOOP"))?.1 / KAPI_LOOP)
+/// The time of one gdrpeer_mr_pin() + gdrpeer_mr_unpin() of 64 KiB at `buf` (every second
+/// one at `buf + stride`, unless `stride` is 0) in the NIC's context, called by the NIC
+/// itself: a REG_LOOP of [`KAPI_LOOP`] timed whole, divided by their number (the system call,
+/// a sixteenth, stays in).
+fn kapi_hit(nic: &Nic, buf: u64, stride: u64) -> Result<Duration, String> {
+    Ok(timed(|| n(nic.reg_loop(buf, K64, stride, KAPI_LOOP), "REG_LOOP"))?.1 / KAPI_LOOP)
 }
 
 /// A NIC null ioctl, timed.
@@ -109,6 +110,10 @@ fn p7(
     let pin_buf = own_page(cuda)?;
     let pin_hit = || pin_unpin(dev, pin_buf, K64, PinFlags::empty());
     pin_hit()?;
+    // A second region for the NIC: registrations that alternate between the two are hits of
+    // the cache, never of the registration the last unpin kept.
+    let other_buf = own_page(cuda)?;
+    let stride = other_buf.wrapping_sub(reg_buf);
     let block = cfg.reps / ROUNDS;
     let before = calls()?;
     let r = interleave::measure(
@@ -120,7 +125,13 @@ fn p7(
                 "nic_kapi_hit",
                 "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC, hit",
                 block.div_ceil(KAPI_LOOP as usize),
-                || kapi_hit(nic, reg_buf),
+                || kapi_hit(nic, reg_buf, 0),
+            ),
+            Step::new(
+                "nic_kapi_hit_alternating",
+                "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC, two regions in turn, hits",
+                block.div_ceil(KAPI_LOOP as usize),
+                || kapi_hit(nic, reg_buf, stride),
             ),
             Step::new("nic_reg_hit", "NIC REG + DEREG, hit", block, || {
                 reg_dereg(nic, reg_buf)
@@ -139,6 +150,7 @@ fn p7(
         ));
     }
     c(cuda.mem_free(pin_buf))?;
+    c(cuda.mem_free(other_buf))?;
     Ok(r)
 }
 
@@ -182,7 +194,7 @@ fn measure(
         "gdrpeer_mr_pin + gdrpeer_mr_unpin in the NIC (REG_LOOP), cache hit (64 KiB)",
         cfg.reps / KAPI_LOOP as usize,
         NONE,
-        || kapi_hit(nic, hit_buf),
+        || kapi_hit(nic, hit_buf, 0),
     )?);
     interleaved.push(p7(nic, &dev, cuda, cfg, hit_buf)?);
     // The same without the mapping cache: measured by `nic-hit` with gdrpeer reloaded.
@@ -296,7 +308,7 @@ pub fn no_mapping_cache(cfg_reps: usize) -> Result<Op, String> {
     let cuda = Cuda::load().map_err(|e| format!("{e} (the benchmarks need a CUDA driver)"))?;
     let nic = n(Nic::open(), "/dev/gdrnic")?;
     let buf = own_page(&cuda)?;
-    let hit = || kapi_hit(&nic, buf);
+    let hit = || kapi_hit(&nic, buf, 0);
     hit()?;
     let o = checked(
         NO_MAPPING_CACHE_KEY,

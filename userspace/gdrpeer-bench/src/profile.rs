@@ -73,7 +73,7 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
             }
             LoopOp::KapiLoop => {
                 let nic = nic.as_ref().ok_or("no /dev/gdrnic")?;
-                nic.reg_loop(buf, K64, KAPI_LOOP)
+                nic.reg_loop(buf, K64, 0, KAPI_LOOP)
                     .map_err(|e| format!("REG_LOOP: {e}"))
             }
             LoopOp::Inval | LoopOp::Free => {

@@ -197,7 +197,7 @@ fn reg_loop() -> TestResult {
         gstat("hits")?,
         gstat("dma_page_maps_made")?,
     );
-    n.reg_loop(va + 100, K64 - 100, 50).map_err(errno)?;
+    n.reg_loop(va + 100, K64 - 100, 0, 50).map_err(errno)?;
     check_eq!(stat("get_pages_calls")? - pins, 1, "nv-p2p pins for 50");
     check_eq!(gstat("hits")? - hits, 49, "cache hits of 50");
     // The region keeps its mapping for the NIC, unless loaded not to.
@@ -208,27 +208,101 @@ fn reg_loop() -> TestResult {
         "DMA mappings for 50"
     );
     check_eq!(nstat("registrations")?, 0, "registrations left");
-    n.reg_loop(va, 2 * K64, REG_LOOP_MAX).map_err(errno)?;
+    n.reg_loop(va, 2 * K64, 0, REG_LOOP_MAX).map_err(errno)?;
     check_eq!(
         stat("get_pages_calls")? - pins,
         2,
         "nv-p2p pins after a longer window"
     );
-    expect_err(n.reg_loop(va, K64, 0), Errno::INVAL, "count 0")?;
+    expect_err(n.reg_loop(va, K64, 0, 0), Errno::INVAL, "count 0")?;
     expect_err(
-        n.reg_loop(va, K64, REG_LOOP_MAX + 1),
+        n.reg_loop(va, K64, 0, REG_LOOP_MAX + 1),
         Errno::INVAL,
         "count above GDRNIC_REG_LOOP_MAX",
     )?;
-    expect_err(n.reg_loop(va, 0, 1), Errno::INVAL, "zero length")?;
+    expect_err(n.reg_loop(va, 0, 0, 1), Errno::INVAL, "zero length")?;
     expect_err(
-        n.reg_loop(va + 4 * K64, K64, 1),
+        n.reg_loop(va + 4 * K64, K64, 0, 1),
         Errno::INVAL,
         "not GPU memory",
     )?;
     gpu.free(va).map_err(errno)?;
-    expect_err(n.reg_loop(va, K64, 1), Errno::INVAL, "freed memory")?;
+    expect_err(n.reg_loop(va, K64, 0, 1), Errno::INVAL, "freed memory")?;
     check_eq!(nstat("registrations")?, 0, "registrations left");
+    Ok(())
+}
+
+/// The registration an unpin keeps whole for the context's next pin (the kernel API's
+/// registration cache): its callback is not called once it is unpinned, not even when the
+/// memory is freed while it is kept; a pin after the free is served by a new pin, whose
+/// addresses reach the new memory; registrations alternating two regions are hits; and the
+/// context's destroy gives the kept registration back (the context itself goes).
+fn kept_registration() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let contexts = gstat("contexts")?;
+    let n = nic()?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    n.dereg(mr.handle).map_err(errno)?;
+    let (invalidations, callbacks) = (nstat("invalidations")?, gstat("callbacks")?);
+    gpu.free(va).map_err(errno)?;
+    eventually(5, "NVIDIA's free callback", || {
+        Ok(gstat("callbacks")? > callbacks)
+    })?;
+    check_eq!(
+        nstat("invalidations")?,
+        invalidations,
+        "invalidate callbacks of a registration unpinned before the free"
+    );
+    let (again, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(47, K64 as usize);
+    gpu.write(again, &content).map_err(errno)?;
+    let pins = stat("get_pages_calls")?;
+    let mr = n.reg(again, K64).map_err(errno)?;
+    check_eq!(
+        stat("get_pages_calls")? - pins,
+        1,
+        format!(
+            "nv-p2p pins of the memory allocated after the free ({})",
+            if again == va {
+                "the same address"
+            } else {
+                "another address"
+            }
+        )
+    );
+    check_dma_reaches(&n, &mr.dma, &content, "the registration after the free")?;
+    n.dereg(mr.handle).map_err(errno)?;
+    let (other, _) = gpu.alloc(K64).map_err(errno)?;
+    let hits = gstat("hits")?;
+    n.reg_loop(again, K64, other.wrapping_sub(again), 20)
+        .map_err(errno)?;
+    check_eq!(
+        stat("get_pages_calls")? - pins,
+        2,
+        "nv-p2p pins of two regions in turn"
+    );
+    check_eq!(
+        gstat("hits")? - hits,
+        19,
+        "cache hits of two regions in turn"
+    );
+    check_eq!(
+        nstat("invalidations")?,
+        invalidations,
+        "invalidate callbacks"
+    );
+    drop(n);
+    eventually(5, "the NIC's context gone with its file", || {
+        Ok(gstat("contexts")? == contexts)
+    })?;
+    gpu.free(again).map_err(errno)?;
+    gpu.free(other).map_err(errno)?;
+    check_eq!(
+        nstat("invalidations")?,
+        invalidations,
+        "invalidate callbacks"
+    );
     Ok(())
 }
 
@@ -980,6 +1054,7 @@ pub const TESTS: &[harness::Test] = &[
         registrations_hit_the_cache,
     ),
     ("gdrnic-reg-loop", reg_loop),
+    ("gdrnic-kept-registration", kept_registration),
     ("gdrnic-free-during-send", free_during_send),
     (
         "gdrnic-free-during-receive-writes-no-freed-memory",

@@ -80,6 +80,7 @@ struct SegsArgs {
 struct RegLoopArgs {
     va: u64,
     len: u64,
+    stride: u64,
     count: u32,
     pad: u32,
 }
@@ -297,12 +298,14 @@ impl Nic {
     }
 
     /// REG_LOOP: the NIC registers `[va, va + len)` and unregisters it at once, `count` times
-    /// (1 ..= [`REG_LOOP_MAX`]), in the kernel: gdrpeer_mr_pin() and gdrpeer_mr_unpin()
-    /// without a system call each. Stops at the first error, which it returns.
-    pub fn reg_loop(&self, va: u64, len: u64, count: u32) -> Result<(), Errno> {
+    /// (1 ..= [`REG_LOOP_MAX`]), every second time at `va + stride` instead, in the kernel:
+    /// gdrpeer_mr_pin() and gdrpeer_mr_unpin() without a system call each. Stops at the
+    /// first error, which it returns.
+    pub fn reg_loop(&self, va: u64, len: u64, stride: u64, count: u32) -> Result<(), Errno> {
         let a = RegLoopArgs {
             va,
             len,
+            stride,
             count,
             pad: 0,
         };
