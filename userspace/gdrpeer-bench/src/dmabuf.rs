@@ -114,6 +114,7 @@ fn p7(
     // the cache, never of the registration the last unpin kept.
     let other_buf = own_page(cuda)?;
     let stride = other_buf.wrapping_sub(reg_buf);
+    kapi_hit(nic, reg_buf, stride)?;
     let block = cfg.reps / ROUNDS;
     let before = calls()?;
     let r = interleave::measure(
