@@ -222,6 +222,11 @@ static struct {
 	 * What a client's own overhead is measured against (gdrpeer-bench).
 	 */
 	atomic64_t get_pages_ns, put_pages_ns, put_pages_calls;
+	/*
+	 * Time spent in clients' free callbacks, call to return: the client's
+	 * share of a free that revokes pins (gdrpeer-bench's P5).
+	 */
+	atomic64_t callback_ns;
 } st = { .buffer_id_next = 1, .vmm_handle_next = 1 };
 
 /* Counts misuse by a client: the call's log line says what it was. */
@@ -946,7 +951,10 @@ static void nvsim_space_put_if_empty(struct nvsim_space *s)
 
 static void nvsim_fire_callback(struct nvsim_pin *pin)
 {
+	u64 start = ktime_get_ns();
+
 	pin->free_callback(pin->data);
+	atomic64_add(ktime_get_ns() - start, &st.callback_ns);
 	st.callbacks_fired++;
 	nvsim_pin_release(pin);
 }
@@ -2317,6 +2325,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "gpu_pages_used %u\n",
 		   gpu.used ? bitmap_weight(gpu.used, gpu.npages) : 0);
 	seq_printf(m, "callbacks_fired %llu\n", st.callbacks_fired);
+	seq_printf(m, "callback_ns %lld\n", atomic64_read(&st.callback_ns));
 	seq_printf(m, "get_pages_calls %llu\n", st.get_pages_calls);
 	seq_printf(m, "get_pages_failed %llu\n", st.get_pages_failed);
 	seq_printf(m, "get_pages_ns %lld\n", atomic64_read(&st.get_pages_ns));

@@ -283,6 +283,31 @@ fn timed_free(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<Duration, Strin
     Ok(timed(|| c(cuda.mem_free(b)))?.1)
 }
 
+/// The time gdrpeer's free callback took in a `cuMemFree` of a 64 KiB buffer pinned in `dev`,
+/// by nvsim's clock around the call (`callback_ns`): gdrpeer's own share of an invalidation.
+fn timed_callback(dev: &Device, cuda: &Cuda) -> Result<Duration, String> {
+    let b = c(cuda.mem_alloc(K64 as usize))?;
+    let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
+    g(dev.unpin(p.handle), "unpin")?;
+    let counters = || -> Result<(u64, u64), String> {
+        let s = nvsim::testing::stats()?;
+        let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
+        Ok((get("callbacks_fired")?, get("callback_ns")?))
+    };
+    let before = counters()?;
+    c(cuda.mem_free(b))?;
+    let after = counters()?;
+    if after.0 - before.0 != 1 || after.1 == before.1 {
+        return Err(format!(
+            "P5: {} free callbacks in a cuMemFree of one pinned buffer, {} ns in them: \
+             expected 1, some",
+            after.0 - before.0,
+            after.1 - before.1
+        ));
+    }
+    Ok(Duration::from_nanos(after.1 - before.1))
+}
+
 /// P4 and P5 interleaved, with `regions` cached in `dev` (the largest size): hits there
 /// against hits in a second context of `small` regions, and invalidations against frees of
 /// unpinned memory.
@@ -339,6 +364,12 @@ fn scaling_interleaved(
             Step::new("free_unpinned", "cuMemFree, unpinned", block, || {
                 timed_free(dev, cuda, false)
             }),
+            Step::new(
+                "invalidate_callback",
+                "gdrpeer's free callback in a cuMemFree, pinned (nvsim's clock)",
+                block,
+                || timed_callback(dev, cuda),
+            ),
         ],
         interleave::quotient,
     )?;
