@@ -790,15 +790,6 @@ out:
 #define FUZZ_FILE_CTX	FUZZ_CTXS		/* then the file's */
 #define FUZZ_MRS	32
 #define FUZZ_DMABUFS	4
-/*
- * Live registrations of the session over one GPU page. Each region gdrpeer
- * pins is DMA-mapped for the peer on its own (dma_map_resource() in the
- * NVIDIA driver, and nvsim), and the kernel's DMA-API debugging WARNs at the
- * ninth live mapping of one page: the regions of the session's contexts, of
- * the file's, those a merge replaced while registrations hold them, and those
- * left to the callback must stay below that.
- */
-#define FUZZ_PER_PAGE	2
 
 #define O(x)		BIT(GDRNIC_FUZZ_##x)
 
@@ -823,7 +814,6 @@ struct gdrnic_fuzz_mr {
 	struct gdrpeer_mr *mr;
 	struct gdrpeer_mr_info info;
 	bool stable;			/* on memory not freed during the call */
-	u64 start, end;			/* its pages, for FUZZ_PER_PAGE */
 	atomic_t state;			/* FUZZ_FREE, _PINNING (in the call), _LIVE */
 	atomic_t cb;			/* CB_*: its callback */
 	int cb_at_unpin;		/* cb when unpin returned */
@@ -1039,23 +1029,6 @@ static struct gdrnic_fuzz_mr *gdrnic_fuzz_free_mr(struct gdrnic_fuzz *s)
 	return NULL;
 }
 
-/* Whether a page of [@va, @va + @len) has FUZZ_PER_PAGE live registrations. */
-static bool gdrnic_fuzz_crowded(struct gdrnic_fuzz *s, u64 va, u64 len)
-{
-	u64 p, end = ALIGN(va + len, SZ_64K);
-	int i, n;
-
-	for (p = round_down(va, SZ_64K); p < end; p += SZ_64K) {
-		for (i = 0, n = 0; i < FUZZ_MRS; i++)
-			if (atomic_read(&s->mrs[i].state) != FUZZ_FREE &&
-			    s->mrs[i].start <= p && p < s->mrs[i].end)
-				n++;
-		if (n >= FUZZ_PER_PAGE)
-			return true;
-	}
-	return false;
-}
-
 /* Pins into @m; the outcome must be in @allowed. */
 static void gdrnic_fuzz_pin_call(struct gdrnic_fuzz *s, int op, struct gdrnic_fuzz_mr *m,
 				 struct gdrpeer_ctx *ctx, struct pci_dev *peer, u64 va, u64 len,
@@ -1068,12 +1041,6 @@ static void gdrnic_fuzz_pin_call(struct gdrnic_fuzz *s, int op, struct gdrnic_fu
 	m->s = s;
 	m->stable = stable;
 	m->mr = NULL;
-	m->start = 0;
-	m->end = 0;
-	if (len && va + len > va && va + len < U64_MAX - SZ_64K) {
-		m->start = round_down(va, SZ_64K);
-		m->end = ALIGN(va + len, SZ_64K);
-	}
 	atomic_set(&m->cb, CB_NONE);
 	m->cb_at_unpin = CB_NONE;
 	atomic_set(&m->state, FUZZ_PINNING);
@@ -1142,10 +1109,6 @@ static void gdrnic_fuzz_pin(struct gdrnic_fuzz *s, int c, int i)
 	allowed = gdrnic_fuzz_range(s, c, &va, &len, &stable);
 	if (c == C_CHURNED)
 		c = C_WINDOW;
-	if (c == C_WINDOW && gdrnic_fuzz_crowded(s, va, len)) {
-		gdrnic_fuzz_unpin_some(s);
-		return;
-	}
 	if (c == C_WINDOW && !stable)
 		op = GDRNIC_FUZZ_PIN_CHURNED;
 	if (i == FUZZ_FILE_CTX && !s->mine) {
@@ -1173,8 +1136,6 @@ static void gdrnic_fuzz_pin_null(struct gdrnic_fuzz *s)
 		return;
 	info = &m->info;
 	gdrnic_fuzz_range(s, C_WINDOW, &va, &len, &stable);
-	if (gdrnic_fuzz_crowded(s, va, len))
-		return;
 	switch (gdrnic_fuzz_below(s, 4)) {
 	case 0:
 		ctx = NULL;
@@ -1385,7 +1346,7 @@ static bool gdrnic_fuzz_ctx_create(struct gdrnic_fuzz *s, int i)
  * A new context with registrations of memory that may be freed, destroyed
  * from a kernel thread: its pages stay pinned and mapped until the memory is
  * freed, and its registrations are still to be unpinned. (Of memory that
- * stays, those mappings would pile up for the whole run: FUZZ_PER_PAGE.)
+ * stays, those regions would stay pinned for the whole run.)
  */
 static void gdrnic_fuzz_kdestroy(struct gdrnic_fuzz *s)
 {

@@ -41,9 +41,10 @@ const BUF: u64 = 2 << 20;
 /// nvsim's first GPU virtual address (`NVSIM_VA_BASE`).
 const NVSIM_VA_BASE: u64 = 0x2_0000_0000;
 /// Each thread's buffers: the first [`STABLE`] are never freed during the calls, the others
-/// are freed and reallocated. The threads' memory is their own: the module keeps each
-/// page's live DMA mappings at eight or fewer (the kernel's DMA-API debugging WARNs at the
-/// ninth) only among its own calls (gdrnic.c, `FUZZ_PER_PAGE`).
+/// are freed and reallocated. The threads' memory is their own. A page may have any number
+/// of registrations (up to the module's 32), in any of its contexts: gdrpeer maps it once
+/// for the NIC however many regions hold it, which the kernel's DMA-API debugging (it WARNs
+/// at the ninth live mapping of a page) checks on the test kernel.
 const PER_THREAD: usize = 4;
 const STABLE: usize = 2;
 /// Calls per FUZZ ioctl: each ioctl is one session, which releases all it made.
