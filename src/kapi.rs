@@ -178,19 +178,17 @@ impl KapiMr {
     }
 
     /// Registers `invalidate` for `window` on the region, where the parked registration
-    /// (unregistered) serves the pin: `peer`'s, the region not revoked, `window` in it. Counts
-    /// a cache hit. Gives the registration back with the error it cannot be reused for.
+    /// (unregistered) serves the pin: `peer`'s, `window` in the region, the region not revoked
+    /// (the notifier's registration says so). Counts a cache hit. Gives the registration back
+    /// where it cannot be reused.
     fn reuse(
         mut mr: KBox<Self>,
         peer: &pci::Device,
         window: GpuRange,
         invalidate: Invalidate,
-    ) -> core::result::Result<KBox<Self>, (KBox<Self>, Error)> {
-        if !core::ptr::eq(mr.dma.peer(), peer) || mr.region().pinned().is_revoked() {
-            return Err((mr, ENXIO));
-        }
-        if let Err(e) = mr.dma.window_addresses(&window) {
-            return Err((mr, e));
+    ) -> core::result::Result<KBox<Self>, KBox<Self>> {
+        if !core::ptr::eq(mr.dma.peer(), peer) || mr.dma.window_addresses(&window).is_err() {
+            return Err(mr);
         }
         mr.window = window;
         mr.invalidate = invalidate;
@@ -203,7 +201,7 @@ impl KapiMr {
                 mr.shared.ctx.count_hit();
                 Ok(mr)
             }
-            Err(e) => Err((mr, e)),
+            Err(_) => Err(mr),
         }
     }
 
@@ -332,7 +330,7 @@ fn pin(
     if let Some(parked) = shared.take_parked() {
         match KapiMr::reuse(parked, peer, window, invalidate) {
             Ok(mr) => return Ok(mr),
-            Err((parked, _)) => shared.release(parked),
+            Err(parked) => shared.release(parked),
         }
     }
     // Until the registration is complete, an early return gives the region back.
