@@ -6,7 +6,7 @@
 //! (`gdrpeer_mr_pin`), on a cached region and when every use pins anew.
 
 use crate::interleave::{self, Step, ROUNDS};
-use crate::measure::{c, g, op, pin_unpin, series, timed, Config, WARMUP};
+use crate::measure::{c, g, nv_stats, op, pin_unpin, series, timed, Config, WARMUP};
 use crate::report::{Interleaved, Op};
 use gdrpeer::{cuda::Cuda, Device, PinFlags};
 use nvsim::gdrnic::{nstat, Nic, DMABUF_KAPI};
@@ -27,13 +27,12 @@ const MAP_ONLY: Calls = [0, 1, 0];
 const PIN_AND_IMPORT: Calls = [1, 1, 1];
 
 fn calls() -> Result<Calls, String> {
-    let s = nvsim::testing::stats()?;
-    let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
+    let [pins] = nv_stats(["get_pages_calls"])?;
     let maps = nvsim::testing::name_values("/sys/kernel/debug/gdrpeer/stats")?
         .get("dma_page_maps_made")
         .copied()
         .ok_or("gdrpeer: no counter dma_page_maps_made")?;
-    Ok([get("get_pages_calls")?, maps, nstat("dmabuf_maps")?])
+    Ok([pins, maps, nstat("dmabuf_maps")?])
 }
 
 /// A NIC call's result, its error named.

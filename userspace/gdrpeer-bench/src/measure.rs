@@ -273,39 +273,48 @@ fn random_hit(dev: &Device, regions: &[u64], rng: &mut fastrand::Rng) -> Result<
     Ok(t)
 }
 
-/// `cuMemFree` of a 64 KiB buffer pinned in `dev` (an invalidation), or of one nobody pinned.
-fn timed_free(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<Duration, String> {
+/// nvsim's counters `keys` (debugfs `nvsim/stats`), in that order.
+pub fn nv_stats<const N: usize>(keys: [&str; N]) -> Result<[u64; N], String> {
+    let s = nvsim::testing::stats()?;
+    let mut values = [0; N];
+    for (v, k) in values.iter_mut().zip(keys) {
+        *v = s.get(k).copied().ok_or(format!("nvsim: no counter {k}"))?;
+    }
+    Ok(values)
+}
+
+/// A 64 KiB buffer, pinned in `dev` (and unpinned: its region cached) where `pinned` says.
+fn buffer(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<u64, String> {
     let b = c(cuda.mem_alloc(K64 as usize))?;
     if pinned {
         let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
         g(dev.unpin(p.handle), "unpin")?;
     }
+    Ok(b)
+}
+
+/// `cuMemFree` of a 64 KiB buffer pinned in `dev` (an invalidation), or of one nobody pinned.
+fn timed_free(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<Duration, String> {
+    let b = buffer(dev, cuda, pinned)?;
     Ok(timed(|| c(cuda.mem_free(b)))?.1)
 }
 
 /// The time gdrpeer's free callback took in a `cuMemFree` of a 64 KiB buffer pinned in `dev`,
 /// by nvsim's clock around the call (`callback_ns`): gdrpeer's own share of an invalidation.
 fn timed_callback(dev: &Device, cuda: &Cuda) -> Result<Duration, String> {
-    let b = c(cuda.mem_alloc(K64 as usize))?;
-    let p = g(dev.pin(b, K64, PinFlags::empty()), "pin")?;
-    g(dev.unpin(p.handle), "unpin")?;
-    let counters = || -> Result<(u64, u64), String> {
-        let s = nvsim::testing::stats()?;
-        let get = |k: &str| s.get(k).copied().ok_or(format!("nvsim: no counter {k}"));
-        Ok((get("callbacks_fired")?, get("callback_ns")?))
-    };
-    let before = counters()?;
+    let b = buffer(dev, cuda, true)?;
+    let keys = ["callbacks_fired", "callback_ns"];
+    let [calls, ns] = nv_stats(keys)?;
     c(cuda.mem_free(b))?;
-    let after = counters()?;
-    if after.0 - before.0 != 1 || after.1 == before.1 {
+    let [calls_after, ns_after] = nv_stats(keys)?;
+    let (calls, ns) = (calls_after - calls, ns_after - ns);
+    if calls != 1 || ns == 0 {
         return Err(format!(
-            "P5: {} free callbacks in a cuMemFree of one pinned buffer, {} ns in them: \
-             expected 1, some",
-            after.0 - before.0,
-            after.1 - before.1
+            "P5: {calls} free callbacks in a cuMemFree of one pinned buffer, {ns} ns in them: \
+             expected 1, some"
         ));
     }
-    Ok(Duration::from_nanos(after.1 - before.1))
+    Ok(Duration::from_nanos(ns))
 }
 
 /// P4 and P5 interleaved, with `regions` cached in `dev` (the largest size): hits there

@@ -343,9 +343,8 @@ pub fn quotient(a: Option<u64>, b: Option<u64>) -> Option<f64> {
     }
 }
 
-/// gdrnic's REG + DEREG less its two system calls (its null ioctl): what a NIC driver's own
-/// call of gdrpeer_mr_pin() and gdrpeer_mr_unpin() costs (gdrnic's own bookkeeping stays in),
-/// P7's numerator.
+/// gdrnic's REG + DEREG less its two system calls (its null ioctl): a NIC driver's call of
+/// gdrpeer_mr_pin() and gdrpeer_mr_unpin() with gdrnic's own bookkeeping in, P7c's numerator.
 pub fn kapi_time(reg_dereg: Option<u64>, null: Option<u64>) -> Option<u64> {
     Some(reg_dereg?.saturating_sub(2 * null?))
 }
@@ -358,25 +357,23 @@ fn ratio(a: Option<u64>, b: Option<u64>) -> String {
     }
 }
 
+/// The median of the operation `key` among `ops`; `None` where it was not measured.
+fn median_of(ops: &[Op], key: &str) -> Option<u64> {
+    ops.iter()
+        .find(|o| o.key == key && o.latency.reps > 0)
+        .map(|o| o.latency.median_ns)
+}
+
 impl Report {
     /// The median of the operation `key`; `None` where it was not measured.
     fn op(&self, key: &str) -> Option<u64> {
-        self.ops
-            .iter()
-            .find(|o| o.key == key && o.latency.reps > 0)
-            .map(|o| o.latency.median_ns)
+        median_of(&self.ops, key)
     }
 
     /// The median of the operation `key` of the interleaved measurement `id`, over all its
     /// rounds; `None` where it was not measured so.
     fn inter_op(&self, id: &str, key: &str) -> Option<u64> {
-        self.interleaved
-            .iter()
-            .find(|i| i.id == id)?
-            .ops
-            .iter()
-            .find(|o| o.key == key && o.latency.reps > 0)
-            .map(|o| o.latency.median_ns)
+        median_of(&self.interleaved.iter().find(|i| i.id == id)?.ops, key)
     }
 
     /// The median of nvsim's get_pages + put_pages in the series `key`, when each of its
