@@ -20,14 +20,14 @@ use core::any::Any;
 
 use kernel::{
     list::{List, ListArc},
-    new_mutex, new_spinlock,
+    new_condvar, new_mutex, new_spinlock,
     prelude::*,
     rbtree::RBTree,
     sync::{
         aref::ARef,
         atomic::{Acquire, Atomic, Relaxed, Release},
         lock::{mutex::MutexBackend, Guard},
-        Arc, Mutex, SpinLock,
+        Arc, CondVar, Mutex, SpinLock,
     },
     task::Task,
     workqueue::{impl_has_work, new_work, Work, WorkItem},
@@ -89,6 +89,11 @@ pub(crate) struct Context {
     revoked: SpinLock<Revoked>,
     /// Whether `revoked` has regions: the one thing each operation reads when it has none.
     revoked_pending: Atomic<bool>,
+    /// Signalled when NVIDIA's free callback has called a region's notifiers
+    /// (`Notifiers::running`), for a removal that waits for it: one for all of the context's
+    /// regions, since such a wait is rare (a waiter checks its own region again).
+    #[pin]
+    notified: CondVar,
     /// Reaps `revoked` once the context is closed, when no operation will come.
     #[pin]
     work: Work<Context>,
@@ -190,6 +195,7 @@ impl Context {
                     "Context::revoked"
                 ),
                 revoked_pending: Atomic::new(false),
+                notified <- new_condvar!("Context::notified"),
                 work <- new_work!("Context::work"),
             }),
             GFP_KERNEL,

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The index of a context's regions by start address ([`Index`]): sorted buckets of entries in
-//! a tree keyed by each bucket's first key. A lookup among many regions descends a tree with a
-//! node per bucket, not per region, and then searches one contiguous array; a removal never
-//! allocates (a bucket shrinks in place, and a bucket that changes its first key is moved
-//! under the new key in the tree node it had).
+//! The index of a context's regions by start address ([`Index`]): sorted buckets of entries,
+//! found by a binary search of one array of each bucket's first key. A lookup among many
+//! regions reads that array, the bucket's place in a second one and the bucket: a few pages,
+//! where a tree of buckets read a node of its own per level, each a cold page in a large cache.
+//! A removal never allocates: a bucket shrinks in place, an emptied bucket leaves both arrays
+//! (which shrink in place), and a bucket's new first key is written over its old one.
 
-use kernel::{prelude::*, rbtree::RBTree};
+use kernel::prelude::*;
 
 /// Entries in a bucket at most (a full bucket of regions is 2 KiB): a full bucket splits in two.
 pub(super) const BUCKET: usize = 128;
@@ -15,28 +16,34 @@ pub(super) const BUCKET: usize = 128;
 ///
 /// # Invariants
 ///
-/// No bucket is empty, each is sorted by key and filed under its first key, and the keys of
-/// one bucket are below those of the next.
+/// `fences` and `buckets` have the same length; no bucket is empty, each is sorted by key,
+/// its fence is its first key, and the keys of one bucket are below those of the next.
 pub(super) struct Index<V> {
-    buckets: RBTree<u64, KVec<(u64, V)>>,
+    /// Each bucket's first key, ascending.
+    fences: KVVec<u64>,
+    /// The buckets, in the order of `fences`.
+    buckets: KVVec<KVec<(u64, V)>>,
 }
 
 impl<V> Default for Index<V> {
     fn default() -> Self {
         Index {
-            buckets: RBTree::new(),
+            fences: KVVec::new(),
+            buckets: KVVec::new(),
         }
     }
 }
 
+/// The position of the entry with the greatest key at or below `key` among `entries` (sorted
+/// by key), if any.
+fn floor_of<V>(entries: &[(u64, V)], key: u64) -> Option<usize> {
+    entries.partition_point(|(k, _)| *k <= key).checked_sub(1)
+}
+
 impl<V> Index<V> {
-    /// The key of the bucket that holds `key` or would: the last that starts at or before it.
-    fn fence(&self, key: u64) -> Option<u64> {
-        match self.buckets.cursor_lower_bound(&key) {
-            Some(c) if *c.current().0 == key => Some(key),
-            Some(c) => c.peek_prev().map(|(k, _)| *k),
-            None => self.buckets.cursor_back().map(|c| *c.current().0),
-        }
+    /// The bucket that holds `key` or would: the last that starts at or before it.
+    fn bucket_of(&self, key: u64) -> Option<usize> {
+        self.fences.partition_point(|&f| f <= key).checked_sub(1)
     }
 
     /// The value with the greatest key at or below `key`, cloned, with its key.
@@ -44,73 +51,67 @@ impl<V> Index<V> {
     where
         V: Clone,
     {
-        let found = |bucket: &KVec<(u64, V)>| {
-            let i = match bucket.binary_search_by_key(&key, |(k, _)| *k) {
-                Ok(i) => i,
-                // The bucket's first key is at most `key` (it is the bucket's fence): i >= 1.
-                Err(i) => i.checked_sub(1)?,
-            };
-            bucket.get(i).map(|(k, v)| (*k, v.clone()))
-        };
-        match self.buckets.cursor_lower_bound(&key) {
-            Some(c) if *c.current().0 == key => found(c.current().1),
-            Some(c) => c.peek_prev().and_then(|(_, b)| found(b)),
-            None => self
-                .buckets
-                .cursor_back()
-                .and_then(|c| found(c.current().1)),
-        }
+        let bucket = self.buckets.get(self.bucket_of(key)?)?;
+        bucket
+            .get(floor_of(bucket, key)?)
+            .map(|(k, v)| (*k, v.clone()))
     }
 
     /// Calls `f` on the entries in key order from the one with the greatest key at or below
     /// `key` (from the first if there is none), until `f` returns false.
-    pub(super) fn walk_from(&mut self, key: u64, mut f: impl FnMut(u64, &V) -> bool) {
-        let (mut cursor, mut first) = match self.fence(key) {
-            Some(fence) => (self.buckets.cursor_lower_bound_mut(&fence), Some(key)),
-            None => (self.buckets.cursor_front_mut(), None),
+    pub(super) fn walk_from(&self, key: u64, mut f: impl FnMut(u64, &V) -> bool) {
+        let (first, mut skip) = match self.bucket_of(key) {
+            Some(b) => (
+                b,
+                self.buckets
+                    .get(b)
+                    .and_then(|bucket| floor_of(bucket, key))
+                    .unwrap_or(0),
+            ),
+            None => (0, 0),
         };
-        while let Some(c) = cursor {
-            let bucket = c.current().1;
-            let skip = match first.take() {
-                Some(key) => match bucket.binary_search_by_key(&key, |(k, _)| *k) {
-                    Ok(i) => i,
-                    Err(i) => i.saturating_sub(1),
-                },
-                None => 0,
-            };
-            for (k, v) in bucket.iter().skip(skip) {
+        for bucket in self.buckets.iter().skip(first) {
+            for (k, v) in bucket.iter().skip(core::mem::take(&mut skip)) {
                 if !f(*k, v) {
                     return;
                 }
             }
-            cursor = c.move_next();
         }
     }
 
     /// Every entry, in key order.
     pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
         self.buckets
-            .values()
+            .iter()
             .flat_map(|bucket| bucket.iter().map(|(k, v)| (*k, v)))
     }
 
+    /// Room for one more bucket in both arrays.
+    fn reserve_bucket(&mut self) -> Result {
+        self.fences.reserve(1, GFP_KERNEL)?;
+        self.buckets.reserve(1, GFP_KERNEL)?;
+        Ok(())
+    }
+
     /// Adds `value` under `key`, which no entry has (-EEXIST otherwise). May allocate (a
-    /// bucket that grows or splits, a new bucket's tree node); on failure nothing changed.
+    /// bucket that grows or splits, room in the arrays for a new bucket); on failure nothing
+    /// changed.
     pub(super) fn insert(&mut self, key: u64, value: V) -> Result {
         // The bucket it goes in: the one that starts at or before it, or else the first.
-        let fence = match self.fence(key) {
-            Some(fence) => fence,
-            None => match self.buckets.cursor_front() {
-                Some(c) => *c.current().0,
-                None => {
-                    let mut bucket = KVec::with_capacity(1, GFP_KERNEL)?;
-                    bucket.push((key, value), GFP_KERNEL)?;
-                    RBTree::try_create_and_insert(&mut self.buckets, key, bucket, GFP_KERNEL)?;
-                    return Ok(());
-                }
-            },
+        let b = match self.bucket_of(key) {
+            Some(b) => b,
+            None if !self.buckets.is_empty() => 0,
+            None => {
+                let mut bucket = KVec::with_capacity(1, GFP_KERNEL)?;
+                self.reserve_bucket()?;
+                bucket.push((key, value), GFP_KERNEL)?;
+                // Within the capacity reserved: neither fails.
+                let _ = self.fences.push_within_capacity(key);
+                let _ = self.buckets.push_within_capacity(bucket);
+                return Ok(());
+            }
         };
-        let bucket = self.buckets.get_mut(&fence).ok_or(EINVAL)?;
+        let bucket = self.buckets.get_mut(b).ok_or(EINVAL)?;
         let pos = match bucket.binary_search_by_key(&key, |(k, _)| *k) {
             Ok(_) => return Err(EEXIST),
             Err(pos) => pos,
@@ -123,70 +124,59 @@ impl<V> Index<V> {
             bucket
                 .insert_within_capacity(pos, (key, value))
                 .map_err(|_| EINVAL)?;
-            if pos == 0 {
-                self.refile(fence);
-            }
-            return Ok(());
-        }
-        // Full: the upper half moves to a new bucket, allocated before anything changes.
-        let mut upper = KVec::with_capacity(BUCKET, GFP_KERNEL)?;
-        let node = kernel::rbtree::RBTreeNodeReservation::new(GFP_KERNEL)?;
-        while bucket.len() > BUCKET / 2 {
-            if let Some(entry) = bucket.pop() {
-                // Within the capacity reserved: never fails.
-                let _ = upper.push_within_capacity(entry);
-            }
-        }
-        upper.reverse();
-        let (target, at) = if pos > BUCKET / 2 {
-            (&mut upper, pos - BUCKET / 2)
         } else {
-            (&mut *bucket, pos)
-        };
-        // Both halves have room: never fails.
-        let _ = target.insert_within_capacity(at, (key, value));
-        let upper_key = upper.first().map_or(key, |(k, _)| *k);
-        self.buckets.insert(node.into_node(upper_key, upper));
+            // Full: the upper half moves to a new bucket, allocated before anything changes.
+            let mut upper = KVec::with_capacity(BUCKET, GFP_KERNEL)?;
+            self.reserve_bucket()?;
+            let bucket = self.buckets.get_mut(b).ok_or(EINVAL)?;
+            while bucket.len() > BUCKET / 2 {
+                if let Some(entry) = bucket.pop() {
+                    // Within the capacity reserved: never fails.
+                    let _ = upper.push_within_capacity(entry);
+                }
+            }
+            upper.reverse();
+            let (target, at) = if pos > BUCKET / 2 {
+                (&mut upper, pos - BUCKET / 2)
+            } else {
+                (&mut *bucket, pos)
+            };
+            // Both halves have room, and so have the arrays: none of these fails.
+            let _ = target.insert_within_capacity(at, (key, value));
+            let upper_key = upper.first().map_or(key, |(k, _)| *k);
+            let _ = self.fences.insert_within_capacity(b + 1, upper_key);
+            let _ = self.buckets.insert_within_capacity(b + 1, upper);
+        }
         if pos == 0 {
-            self.refile(fence);
+            self.refence(b);
         }
         Ok(())
     }
 
     /// Takes out the entry under `key` if `which` says it is the one; never allocates.
     pub(super) fn remove_if(&mut self, key: u64, which: impl FnOnce(&V) -> bool) -> Option<V> {
-        let fence = self.fence(key)?;
-        let bucket = self.buckets.get_mut(&fence)?;
+        let b = self.bucket_of(key)?;
+        let bucket = self.buckets.get_mut(b)?;
         let i = bucket.binary_search_by_key(&key, |(k, _)| *k).ok()?;
         if !bucket.get(i).is_some_and(|(_, v)| which(v)) {
             return None;
         }
         let (_, value) = bucket.remove(i).ok()?;
         if bucket.is_empty() {
-            self.buckets.remove(&fence);
+            // Both shift down in place.
+            drop(self.buckets.remove(b));
+            drop(self.fences.remove(b));
         } else if i == 0 {
-            self.refile(fence);
+            self.refence(b);
         }
         Some(value)
     }
 
-    /// Files the bucket under `fence` under its first key again, in the same tree node: no
-    /// allocation.
-    fn refile(&mut self, fence: u64) {
-        let Some(bucket) = self.buckets.get_mut(&fence) else {
-            return;
-        };
-        let Some(&(first, _)) = bucket.first() else {
-            return;
-        };
-        if first == fence {
-            return;
-        }
-        let bucket = core::mem::take(bucket);
-        if let Some(node) = self.buckets.remove_node(&fence) {
-            // The node's memory is kept; its old value, an empty vector, owns none.
-            self.buckets
-                .insert(node.into_reservation().into_node(first, bucket));
+    /// Makes bucket `b`'s fence its first key again.
+    fn refence(&mut self, b: usize) {
+        let first = self.buckets.get(b).and_then(|bucket| bucket.first());
+        if let (Some(&(key, _)), Some(fence)) = (first, self.fences.get_mut(b)) {
+            *fence = key;
         }
     }
 }
@@ -208,6 +198,16 @@ mod tests {
         Ok(out)
     }
 
+    /// Whether each bucket is fenced by its first key, and none is empty.
+    fn fenced<V>(index: &Index<V>) -> bool {
+        index.fences.len() == index.buckets.len()
+            && index
+                .fences
+                .iter()
+                .zip(index.buckets.iter())
+                .all(|(fence, bucket)| bucket.first().map(|(k, _)| k) == Some(fence))
+    }
+
     /// Keys `0, 3, 6, ...` inserted in a scrambled order, enough for several splits.
     fn filled(n: u64) -> Result<Index<u64>> {
         let mut index = Index::default();
@@ -225,11 +225,8 @@ mod tests {
         let keys = keys(&index)?;
         assert_eq!(keys.len() as u64, n);
         assert!(keys.iter().enumerate().all(|(i, &k)| k == i as u64 * 3));
-        // Every bucket is filed under its first key, and none is empty.
-        for (fence, bucket) in index.buckets.iter() {
-            assert_eq!(bucket.first().map(|(k, _)| *k), Some(*fence));
-        }
-        assert!(index.buckets.iter().count() > 1);
+        assert!(fenced(&index));
+        assert!(index.buckets.len() > 1);
         Ok(())
     }
 
@@ -259,9 +256,7 @@ mod tests {
         for i in (0..n).step_by(2) {
             assert_eq!(index.remove_if(i * 3, |_| true), Some(i * 30));
         }
-        for (fence, bucket) in index.buckets.iter() {
-            assert_eq!(bucket.first().map(|(k, _)| *k), Some(*fence));
-        }
+        assert!(fenced(&index));
         for x in 0..n * 3 {
             let below = x / 3;
             let want = if below % 2 == 1 {
@@ -275,14 +270,14 @@ mod tests {
         for i in (0..n / 2).rev().map(|j| 2 * j + 1) {
             assert_eq!(index.remove_if(i * 3, |_| true), Some(i * 30));
         }
-        assert!(index.buckets.is_empty());
+        assert!(index.buckets.is_empty() && index.fences.is_empty());
         assert_eq!(index.remove_if(3, |_| true), None);
         Ok(())
     }
 
     #[test]
     fn a_walk_starts_at_the_floor() -> Result {
-        let mut index = filled(2 * BUCKET as u64 + 7)?;
+        let index = filled(2 * BUCKET as u64 + 7)?;
         let mut seen = KVec::new();
         index.walk_from(301, |k, _| {
             let _ = seen.push(k, GFP_KERNEL);

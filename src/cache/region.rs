@@ -6,13 +6,13 @@
 use core::ptr::NonNull;
 use kernel::{
     list::{AtomicTracker, ListArc, ListLinks, TryNewListArc},
-    new_condvar, new_spinlock, pci,
+    new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{
         aref::ARef,
         atomic::{Atomic, Full, Relaxed},
-        Arc, CondVar, LockedBy, SpinLock,
+        Arc, LockedBy, SpinLock,
     },
 };
 
@@ -86,9 +86,6 @@ pub(crate) struct Region {
     /// Lock 4 of the crate's order, like `Pinned::state`; never held with it.
     #[pin]
     pub(super) notifiers: SpinLock<Notifiers>,
-    /// Signalled when the free callback has called the notifiers (`Notifiers::running`).
-    #[pin]
-    pub(super) notified: CondVar,
     /// Its share of the global counters, settled by its release or NVIDIA's free callback,
     /// whichever comes first ([`Tally`]).
     pub(super) tally: Tally,
@@ -149,7 +146,7 @@ impl PinOwner for Region {
         }
         drop((first, list));
         self.notifiers.lock().running = false;
-        self.notified.notify_all();
+        self.ctx.notified.notify_all();
     }
 }
 
@@ -289,7 +286,6 @@ impl Region {
                     },
                     "Region::notifiers"
                 ),
-                notified <- new_condvar!("Region::notified"),
                 tally: Tally::new(),
                 lru_links <- ListLinks::new(),
                 lru_track <- AtomicTracker::new(),
@@ -303,8 +299,8 @@ impl Region {
     /// gdrpeer's own memory for a cached region of `pages` pages, as the slab rounds each
     /// allocation: the region (with its `Arc` count, its LRU links and the notifier slot a
     /// handle's event takes), its array of bus addresses, and its entry in the region index,
-    /// counted twice for the room a bucket keeps (a bucket's tree node is shared by up to
-    /// [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not counted
+    /// counted twice for the room a bucket keeps (a bucket's fence and place in the index's
+    /// arrays are shared by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not counted
     /// (a region needs none to be cached), nor the node it keeps once it had two notifiers at a
     /// time (a handle's event beside a mapping or a registration).
     pub(super) fn memory(pages: u32) -> u64 {
@@ -413,7 +409,7 @@ impl Region {
             if !n.running {
                 return false;
             }
-            self.notified.wait(&mut n);
+            self.ctx.notified.wait(&mut n);
         }
     }
 

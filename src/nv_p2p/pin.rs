@@ -139,6 +139,9 @@ struct State {
     /// Threads holding a [`Mapper`] (inside `dma_map_pages`, which takes NVIDIA's lock): an
     /// unpin waits for them before put_pages, the callback cannot.
     mappers: u32,
+    /// A releasing thread waits in [`Access::end_and_wait`] for `users` and `mappers` to
+    /// drain: only then does the end of an access or a mapper signal [`Pinned::done`].
+    draining: bool,
     /// Bus (BAR1) address of each 64 KiB page, copied from the table. Written once, when the
     /// pin becomes `Valid` ([`Pinned::finish_pin`]), and never again until the pin is dropped
     /// ([`Pinned::bus_addresses`] lends it out on that ground).
@@ -200,17 +203,23 @@ impl<'a> Access<'a> {
         let this = core::mem::ManuallyDrop::new(self);
         let mut s = this.pinned.state.lock();
         s.users -= 1;
+        s.draining = true;
         while s.users > 0 || s.mappers > 0 {
             this.pinned.done.wait(&mut s);
         }
+        s.draining = false;
         this.table
     }
 }
 
 impl Drop for Access<'_> {
     fn drop(&mut self) {
-        self.pinned.state.lock().users -= 1;
-        self.pinned.done.notify_all();
+        let draining = {
+            let mut s = self.pinned.state.lock();
+            s.users -= 1;
+            s.draining
+        };
+        self.pinned.wake_drainer(draining);
     }
 }
 
@@ -233,7 +242,7 @@ impl<'a> Mapper<'a> {
     fn finish(self, s: &mut State) {
         let this = core::mem::ManuallyDrop::new(self);
         s.mappers -= 1;
-        this.pinned.done.notify_all();
+        this.pinned.wake_drainer(s.draining);
     }
 
     /// Ends the call and takes access in one step under `s` (the phase is not `Revoked`), so
@@ -255,8 +264,12 @@ impl<'a> Mapper<'a> {
 
 impl Drop for Mapper<'_> {
     fn drop(&mut self) {
-        self.pinned.state.lock().mappers -= 1;
-        self.pinned.done.notify_all();
+        let draining = {
+            let mut s = self.pinned.state.lock();
+            s.mappers -= 1;
+            s.draining
+        };
+        self.pinned.wake_drainer(draining);
     }
 }
 
@@ -313,8 +326,8 @@ pub(crate) struct Pinned {
     table_out: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
     state: SpinLock<State>,
-    /// Signalled when an [`Access`] or a [`Mapper`] ends, for the releasing thread that waits
-    /// for them.
+    /// Signalled when an [`Access`] or a [`Mapper`] ends while the releasing thread waits for
+    /// them (`State::draining`).
     #[pin]
     done: CondVar,
 }
@@ -361,6 +374,7 @@ impl Pinned {
                     table: None,
                     users: 0,
                     mappers: 0,
+                    draining: false,
                     addresses: KVVec::new(),
                     cpu_cacheable: false,
                     gpu: GpuUuid::default(),
@@ -371,6 +385,14 @@ impl Pinned {
             ),
             done <- new_condvar!("Pinned::done"),
         })
+    }
+
+    /// Wakes the releasing thread if it waits for accesses and mappers to end: `draining` is
+    /// `State::draining` as read under the lock that ended one.
+    fn wake_drainer(&self, draining: bool) {
+        if draining {
+            self.done.notify_all();
+        }
     }
 
     /// The pinned range.
