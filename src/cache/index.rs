@@ -46,30 +46,26 @@ impl<V> Index<V> {
         self.fences.partition_point(|&f| f <= key).checked_sub(1)
     }
 
+    /// Where the entry with the greatest key at or below `key` is: its bucket and its place
+    /// in it, if there is one.
+    fn floor_at(&self, key: u64) -> Option<(usize, usize)> {
+        let b = self.bucket_of(key)?;
+        Some((b, floor_of(self.buckets.get(b)?, key)?))
+    }
+
     /// The value with the greatest key at or below `key`, cloned, with its key.
     pub(super) fn floor(&self, key: u64) -> Option<(u64, V)>
     where
         V: Clone,
     {
-        let bucket = self.buckets.get(self.bucket_of(key)?)?;
-        bucket
-            .get(floor_of(bucket, key)?)
-            .map(|(k, v)| (*k, v.clone()))
+        let (b, i) = self.floor_at(key)?;
+        self.buckets.get(b)?.get(i).map(|(k, v)| (*k, v.clone()))
     }
 
     /// Calls `f` on the entries in key order from the one with the greatest key at or below
     /// `key` (from the first if there is none), until `f` returns false.
     pub(super) fn walk_from(&self, key: u64, mut f: impl FnMut(u64, &V) -> bool) {
-        let (first, mut skip) = match self.bucket_of(key) {
-            Some(b) => (
-                b,
-                self.buckets
-                    .get(b)
-                    .and_then(|bucket| floor_of(bucket, key))
-                    .unwrap_or(0),
-            ),
-            None => (0, 0),
-        };
+        let (first, mut skip) = self.floor_at(key).unwrap_or((0, 0));
         for bucket in self.buckets.iter().skip(first) {
             for (k, v) in bucket.iter().skip(core::mem::take(&mut skip)) {
                 if !f(*k, v) {

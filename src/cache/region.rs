@@ -300,9 +300,10 @@ impl Region {
     /// allocation: the region (with its `Arc` count, its LRU links and the notifier slot a
     /// handle's event takes), its array of bus addresses, and its entry in the region index,
     /// counted twice for the room a bucket keeps (a bucket's fence and place in the index's
-    /// arrays are shared by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings for peers are not counted
-    /// (a region needs none to be cached), nor the node it keeps once it had two notifiers at a
-    /// time (a handle's event beside a mapping or a registration).
+    /// arrays are shared by up to [`BUCKET`](super::index::BUCKET) entries). Its DMA mappings
+    /// for peers are not counted (a region needs none to be cached), nor the node it keeps
+    /// once it had two notifiers at a time (a handle's event beside a mapping or a
+    /// registration).
     pub(super) fn memory(pages: u32) -> u64 {
         use core::mem::size_of;
         let parts = [
