@@ -94,6 +94,9 @@ pub(crate) struct Context {
     /// regions, since such a wait is rare (a waiter checks its own region again).
     #[pin]
     notified: CondVar,
+    /// The last id given to a notifier of one of its regions ([`Region::add_notifier`]):
+    /// unique in the context, so a region keeps no counter of its own.
+    notifier_ids: Atomic<u64>,
     /// Reaps `revoked` once the context is closed, when no operation will come.
     #[pin]
     work: Work<Context>,
@@ -196,6 +199,7 @@ impl Context {
                 ),
                 revoked_pending: Atomic::new(false),
                 notified <- new_condvar!("Context::notified"),
+                notifier_ids: Atomic::new(0),
                 work <- new_work!("Context::work"),
             }),
             GFP_KERNEL,

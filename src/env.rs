@@ -9,7 +9,7 @@ use kernel::{
     sync::atomic::{Acquire, Atomic, Full},
 };
 
-use crate::{gate::Gate, iova::Iovas, sys::OwnedQueue};
+use crate::{nv_p2p::PinEnv, sys::OwnedQueue};
 
 /// What contexts need from the loaded module. It lives in the module's own data: every
 /// context and region holds a module reference (an open file, or a pin NVIDIA can still call
@@ -24,12 +24,10 @@ pub(crate) struct Env {
     pub(crate) queue: OwnedQueue,
     /// This module, for the references pins take.
     pub(crate) module: &'static ThisModule,
-    /// The table gate every pin goes through.
+    /// What every pin shares: the table gate, the DMA mappings of their pages (shared by
+    /// page and peer), the wait for a pin's users to drain.
     #[pin]
-    pub(crate) gate: Gate,
-    /// The DMA mappings of every pin's pages, shared by page and peer.
-    #[pin]
-    pub(crate) iovas: Iovas,
+    pub(crate) pins: PinEnv,
 }
 
 /// The module's [`Env`]: set once it is initialized, before any front-end is registered (the
@@ -44,8 +42,7 @@ impl Env {
         try_pin_init!(Env {
             queue: OwnedQueue::new(c"gdrpeer")?,
             module,
-            gate <- Gate::new(),
-            iovas <- Iovas::new(),
+            pins <- PinEnv::new(),
         })
         .pin_chain(|env| {
             let env = ptr::from_ref(&*env).cast_mut();

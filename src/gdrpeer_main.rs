@@ -193,7 +193,7 @@ impl kernel::InPlaceModule for GdrpeerModule {
             env <- env::Env::new(module),
             _global_stats <- root.read_callback_file(c"stats", (), &|(): &(), f| {
                 stats::GLOBAL.show(f)?;
-                env::Env::get().map_or(Ok(()), |env| env.iovas.stats().show(f))
+                env::Env::get().map_or(Ok(()), |env| env.pins.iovas.stats().show(f))
             }),
             _params <- root.read_callback_file(c"params", (), &|(): &(), f| params::show(f)),
             chardev <- chardev::Chardev::new(&root, module),

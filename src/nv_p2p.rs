@@ -65,7 +65,7 @@ mod sig;
 
 mod pin;
 
-pub(crate) use pin::{PinKind, PinOwner, Pinned, Unpinned};
+pub(crate) use pin::{PinEnv, PinKind, PinOwner, Pinned, Unpinned};
 
 /// The legacy P2P tokens of a pin (CUDA's `CU_POINTER_ATTRIBUTE_P2P_TOKENS`): they name the
 /// VA space whose memory get_pages and put_pages look up. Zero, the default, names the

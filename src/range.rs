@@ -18,13 +18,13 @@ const GPU_PAGE_MASK: u64 = !(GPU_PAGE_SIZE - 1);
 ///
 /// # Invariants
 ///
-/// `start` and `len` are multiples of [`GPU_PAGE_SIZE`], `len > 0`,
-/// `start + len` does not overflow, and `offset < GPU_PAGE_SIZE`.
+/// `len` is a multiple of [`GPU_PAGE_SIZE`], `len > 0`, and the start (`va` rounded down to
+/// a GPU page) plus `len` does not overflow. `va` is the request's start: the first page's
+/// start and the caller's offset into it, in one word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct GpuRange {
-    start: u64,
+    va: u64,
     len: u64,
-    offset: u64,
 }
 
 impl GpuRange {
@@ -39,18 +39,17 @@ impl GpuRange {
         let end = va.checked_add(len).ok_or(EINVAL)?;
         let end = end.checked_add(GPU_PAGE_SIZE - 1).ok_or(EINVAL)? & GPU_PAGE_MASK;
         let start = va & GPU_PAGE_MASK;
-        // INVARIANT: both ends are rounded to GPU pages, `end > start` because `len > 0`, the
-        // rounded end did not overflow, and `va - start` is below one page.
+        // INVARIANT: both ends are rounded to GPU pages, `end > start` because `len > 0`, and
+        // the rounded end did not overflow.
         Ok(Self {
-            start,
+            va,
             len: end - start,
-            offset: va - start,
         })
     }
 
     /// First byte of the first GPU page.
     pub(crate) fn start(&self) -> u64 {
-        self.start
+        self.va & GPU_PAGE_MASK
     }
 
     /// Length in bytes, whole GPU pages.
@@ -60,12 +59,12 @@ impl GpuRange {
 
     /// One past the last byte.
     pub(crate) fn end(&self) -> u64 {
-        self.start + self.len
+        self.start() + self.len
     }
 
     /// The caller's offset into the first page.
     pub(crate) fn offset(&self) -> u64 {
-        self.offset
+        self.va & !GPU_PAGE_MASK
     }
 
     /// Number of GPU pages.
@@ -81,17 +80,17 @@ impl GpuRange {
 
     /// Whether `other` lies entirely inside `self`: a cache hit.
     pub(crate) fn contains(&self, other: &GpuRange) -> bool {
-        self.start <= other.start && other.end() <= self.end()
+        self.start() <= other.start() && other.end() <= self.end()
     }
 
     /// Whether the two ranges share a page.
     pub(crate) fn overlaps(&self, other: &GpuRange) -> bool {
-        self.start < other.end() && other.start < self.end()
+        self.start() < other.end() && other.start() < self.end()
     }
 
     /// The index of `self`'s first page among the pages of `region`, which contains it.
     pub(crate) fn first_page_in(&self, region: &GpuRange) -> usize {
-        ((self.start - region.start) >> GPU_PAGE_SHIFT) as usize
+        ((self.start() - region.start()) >> GPU_PAGE_SHIFT) as usize
     }
 }
 

@@ -83,11 +83,17 @@ unsafe impl Sync for OwnedQueue {}
 ///
 /// # Invariants
 ///
-/// Holds one reference on `THIS_MODULE`, taken by `try_module_get` (or copied from `module`
-/// when the module is built in).
+/// Holds one reference on `THIS_MODULE`, taken by `try_module_get`, or none when NULL
+/// ([`ModuleRef::none`], or the module is built in): `module_put` ignores a NULL module.
 pub(crate) struct ModuleRef(*mut bindings::module);
 
 impl ModuleRef {
+    /// No reference: a place for one to come, as small as one.
+    pub(crate) const fn none() -> Self {
+        // INVARIANT: NULL holds no reference.
+        ModuleRef(core::ptr::null_mut())
+    }
+
     /// Takes a reference on `module`; fails only while the module is being unloaded.
     pub(crate) fn get(module: &'static ThisModule) -> Result<Self> {
         let ptr = module.as_ptr();
@@ -103,7 +109,8 @@ impl ModuleRef {
 
 impl Drop for ModuleRef {
     fn drop(&mut self) {
-        // SAFETY: we hold one reference (type invariant) and give it back once.
+        // SAFETY: we hold one reference (type invariant) and give it back once, or the
+        // pointer is NULL, which module_put ignores.
         unsafe { bindings::module_put(self.0) };
     }
 }

@@ -66,8 +66,9 @@ pub(super) struct Book {
     /// Whether its bytes are counted in the context (globally: `Region::tally`).
     pub(super) accounted: bool,
     /// Kept references on it ([`Context::keep_handle`](super::Context::keep_handle)), each
-    /// also counted in `refs`. They keep it pinned after the context closes.
-    pub(super) kept: u64,
+    /// also counted in `refs`. They keep it pinned after the context closes. Each is an
+    /// exported dma-buf, a file: more than `u32::MAX` are refused (-EMFILE).
+    pub(super) kept: u32,
 }
 
 /// At close: drops a handle's reference on its region and releases the region unless a

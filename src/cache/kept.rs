@@ -32,8 +32,9 @@ impl Context {
         if region.pinned.is_revoked() {
             return Err(ENXIO);
         }
+        let kept = inner.book(&region).kept.checked_add(1).ok_or(EMFILE)?;
         inner.take_ref(&region);
-        region.book.access_mut(&mut inner).kept += 1;
+        region.book.access_mut(&mut inner).kept = kept;
         Ok((region, window))
     }
 
@@ -57,7 +58,14 @@ impl Context {
         };
         let mut inner = self.lock();
         let region = self.acquire(&mut inner, range, kind, sharing, Tokens::default())?;
-        region.book.access_mut(&mut inner).kept += 1;
+        let book = region.book.access_mut(&mut inner);
+        match book.kept.checked_add(1) {
+            Some(kept) => book.kept = kept,
+            None => {
+                self.drop_ref(&mut inner, &region);
+                return Err(EMFILE);
+            }
+        }
         inner.trim(&params::limits());
         Ok((region, range))
     }

@@ -39,7 +39,6 @@ pub(super) struct Notifiers {
     /// A node's memory kept from the last removal from `list` for the next registration that
     /// finds `first` taken: notifiers that come and go allocate nothing.
     pub(super) spare: Option<RBTreeNodeReservation<u64, Watcher>>,
-    pub(super) next_id: u64,
     /// The free callback has taken `first` and `list` and is calling them.
     pub(super) running: bool,
 }
@@ -281,7 +280,6 @@ impl Region {
                         first: None,
                         list: RBTree::new(),
                         spare: None,
-                        next_id: 0,
                         running: false,
                     },
                     "Region::notifiers"
@@ -290,7 +288,7 @@ impl Region {
                 lru_links <- ListLinks::new(),
                 lru_track <- AtomicTracker::new(),
                 revoked_links <- ListLinks::new(),
-                pinned <- Pinned::new(range, kind, tokens, &ctx.env.gate, &ctx.env.iovas),
+                pinned <- Pinned::new(range, kind, tokens, &ctx.env.pins),
             }),
             GFP_KERNEL,
         )
@@ -365,8 +363,8 @@ impl Region {
                     }
                 };
             }
-            n.next_id += 1;
-            let id = n.next_id;
+            // Unique in the context: never reused, so a stale removal finds nothing.
+            let id = self.ctx.notifier_ids.fetch_add(1, Relaxed) + 1;
             match node {
                 Some(node) if n.first.is_some() => {
                     n.list.insert(node.into_node(id, watcher));

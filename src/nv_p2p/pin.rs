@@ -137,23 +137,28 @@ struct State {
     /// Threads holding an [`Access`]: the callback waits for them.
     users: u32,
     /// Threads holding a [`Mapper`] (inside `dma_map_pages`, which takes NVIDIA's lock): an
-    /// unpin waits for them before put_pages, the callback cannot.
-    mappers: u32,
+    /// unpin waits for them before put_pages, the callback cannot. Only the first mapping of
+    /// a GPU for a peer makes one, so more than `u16::MAX` at a time are refused (-EBUSY).
+    mappers: u16,
     /// A releasing thread waits in [`Access::end_and_wait`] for `users` and `mappers` to
-    /// drain: only then does the end of an access or a mapper signal [`Pinned::done`].
+    /// drain: only then does the end of an access or a mapper signal [`PinEnv::drained`].
     draining: bool,
     /// Bus (BAR1) address of each 64 KiB page, copied from the table. Written once, when the
     /// pin becomes `Valid` ([`Pinned::finish_pin`]), and never again until the pin is dropped
     /// ([`Pinned::bus_addresses`] lends it out on that ground).
-    addresses: KVVec<u64>,
-    /// Whether the table says the CPU may cache the pages (coherent platforms).
-    cpu_cacheable: bool,
-    /// The GPU the pages are on, from the table.
-    gpu: GpuUuid,
+    addresses: Option<KVBox<[u64]>>,
     /// DMA mappings, by `struct pci_dev` address of the peer (each holds its peer).
     maps: RBTree<usize, PeerMap>,
-    /// Keeps gdrpeer loaded while NVIDIA can still call back into it.
-    _module: Option<ModuleRef>,
+    /// Keeps gdrpeer loaded while NVIDIA can still call back into it (none taken until a
+    /// callback pin is made).
+    module: ModuleRef,
+}
+
+impl State {
+    /// The bus addresses, none before the pin is made.
+    fn addresses(&self) -> &[u64] {
+        self.addresses.as_deref().unwrap_or(&[])
+    }
 }
 
 /// A use of a pin's table and DMA mappings, modelled on `RevocableGuard`: while one is held
@@ -205,7 +210,7 @@ impl<'a> Access<'a> {
         s.users -= 1;
         s.draining = true;
         while s.users > 0 || s.mappers > 0 {
-            this.pinned.done.wait(&mut s);
+            this.pinned.env.drained.wait(&mut s);
         }
         s.draining = false;
         this.table
@@ -314,22 +319,48 @@ struct Release<'a> {
 pub(crate) struct Pinned {
     range: GpuRange,
     kind: PinKind,
-    /// The VA space get_pages and put_pages name (a callback pin's; persistent pins have none).
-    tokens: Tokens,
+    /// The VA space get_pages and put_pages name (a callback pin's; persistent pins have
+    /// none): [`Tokens`], kept as two fields so that the small ones share a word.
+    p2p_token: u64,
+    va_space: u32,
+    /// Whether the table says the CPU may cache the pages (coherent platforms): written
+    /// once, before the pin becomes `Valid` under the state's lock; false until then.
+    cpu_cacheable: Atomic<bool>,
     /// The group leader of the pinning process: only it may put a callback pin.
     owner: ARef<Task>,
-    /// Keeps gdrpeer's pins off table addresses that a late call may still name.
-    gate: &'static Gate,
-    /// Where its DMA mappings are made, shared with other pins of the same pages.
-    iovas: &'static Iovas,
+    /// What it shares with every pin: the gate, the DMA mappings, the wait for its users.
+    env: &'static PinEnv,
     /// get_pages' out-parameter: where NVIDIA writes the table's address.
     table_out: Opaque<*mut bindings::nvidia_p2p_page_table>,
     #[pin]
     state: SpinLock<State>,
-    /// Signalled when an [`Access`] or a [`Mapper`] ends while the releasing thread waits for
-    /// them (`State::draining`).
+}
+
+/// What every pin of the module shares, in the module's data ([`crate::env::Env`]).
+#[pin_data]
+pub(crate) struct PinEnv {
+    /// Keeps gdrpeer's pins off table addresses that a late call may still name.
     #[pin]
-    done: CondVar,
+    pub(crate) gate: Gate,
+    /// Where DMA mappings are made, shared by the pins of the same pages.
+    #[pin]
+    pub(crate) iovas: Iovas,
+    /// Signalled when an [`Access`] or a [`Mapper`] of a pin ends while a releasing thread
+    /// waits for them (`State::draining`). One for all pins: such a wait is rare, and each
+    /// waiter checks its own pin again when woken.
+    #[pin]
+    drained: CondVar,
+}
+
+impl PinEnv {
+    /// The shared parts of a module's pins.
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(PinEnv {
+            gate <- Gate::new(),
+            iovas <- Iovas::new(),
+            drained <- new_condvar!("PinEnv::drained"),
+        })
+    }
 }
 
 // SAFETY: the table is only dereferenced under the access protocol of the type invariants,
@@ -356,17 +387,17 @@ impl Pinned {
         range: GpuRange,
         kind: PinKind,
         tokens: Tokens,
-        gate: &'static Gate,
-        iovas: &'static Iovas,
+        env: &'static PinEnv,
     ) -> impl PinInit<Self> {
         let owner = ARef::from(current!().group_leader());
         pin_init!(Pinned {
             range,
             kind,
-            tokens,
+            p2p_token: tokens.p2p_token,
+            va_space: tokens.va_space,
+            cpu_cacheable: Atomic::new(false),
             owner,
-            gate,
-            iovas,
+            env,
             table_out: Opaque::new(core::ptr::null_mut()),
             state <- new_spinlock!(
                 State {
@@ -375,15 +406,12 @@ impl Pinned {
                     users: 0,
                     mappers: 0,
                     draining: false,
-                    addresses: KVVec::new(),
-                    cpu_cacheable: false,
-                    gpu: GpuUuid::default(),
+                    addresses: None,
                     maps: RBTree::new(),
-                    _module: None,
+                    module: ModuleRef::none(),
                 },
                 "Pinned::state"
             ),
-            done <- new_condvar!("Pinned::done"),
         })
     }
 
@@ -391,7 +419,15 @@ impl Pinned {
     /// `State::draining` as read under the lock that ended one.
     fn wake_drainer(&self, draining: bool) {
         if draining {
-            self.done.notify_all();
+            self.env.drained.notify_all();
+        }
+    }
+
+    /// The VA space it pins in.
+    fn tokens(&self) -> Tokens {
+        Tokens {
+            p2p_token: self.p2p_token,
+            va_space: self.va_space,
         }
     }
 
@@ -417,13 +453,14 @@ impl Pinned {
 
     /// Whether NVIDIA's table says the CPU may cache its pages (false until pinned).
     pub(crate) fn cpu_cacheable(&self) -> bool {
-        self.state.lock().cpu_cacheable
+        let _s = self.state.lock();
+        self.cpu_cacheable.load(Relaxed)
     }
 
     /// [`Pinned::is_revoked`] and [`Pinned::cpu_cacheable`] at once (one lock).
     pub(crate) fn revoked_and_cacheable(&self) -> (bool, bool) {
         let s = self.state.lock();
-        (s.phase == Phase::Revoked, s.cpu_cacheable)
+        (s.phase == Phase::Revoked, self.cpu_cacheable.load(Relaxed))
     }
 
     /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
@@ -456,7 +493,7 @@ impl Pinned {
         let this = owner.pinned();
         // A table NVIDIA hands out now cannot sit at an address that a late put_pages or
         // dma_map_pages still names (crate::gate).
-        let pass = this.gate.enter(Side::Pin);
+        let pass = this.env.gate.enter(Side::Pin);
         let ret = match this.kind {
             PinKind::Callback => {
                 let data = Arc::into_raw(owner.clone()).cast_mut().cast::<c_void>();
@@ -465,7 +502,7 @@ impl Pinned {
                 // (free_callback::<T>), or we take back below if nothing was pinned.
                 let ret = unsafe {
                     raw_get_pages(
-                        this.tokens,
+                        this.tokens(),
                         this.range.start(),
                         this.range.len(),
                         this.table_out.get(),
@@ -479,7 +516,7 @@ impl Pinned {
                 }
                 ret
             }
-            PinKind::Persistent if !this.tokens.are_default() => EINVAL.to_errno(),
+            PinKind::Persistent if !this.tokens().are_default() => EINVAL.to_errno(),
             // SAFETY: the range is 64 KiB aligned (GpuRange invariant); `table_out` is ours to
             // write.
             PinKind::Persistent => unsafe {
@@ -516,26 +553,24 @@ impl Pinned {
     /// access: size first, allocate, then copy.
     fn read_table(&self) -> Result<TableRead> {
         let pinning = [Phase::Pinning];
-        let (n, cacheable, gpu) = {
+        let (n, cacheable) = {
             let access = Access::take(self, &mut self.state.lock(), &pinning)?;
             check_table(access.table(), &self.range)?;
             // SAFETY: the table is live while access is held and passed check_table; the
             // pointer is NVIDIA's own, valid for the whole table (a 2.x table is longer than
             // the struct of a 1.x header).
             let cacheable = unsafe { table_cpu_cacheable(access.table.0.as_ptr()) };
-            // SAFETY: the table is live while access is held and passed check_table.
-            let gpu = unsafe { table_gpu(access.table()) };
-            (access.table().entries as usize, cacheable, gpu)
+            (access.table().entries as usize, cacheable)
         };
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
         let access = Access::take(self, &mut self.state.lock(), &pinning)?;
         // SAFETY: the table is live while access is held, passed check_table and has `n`
         // entries.
         unsafe { copy_bus_addresses(access.table(), n, &mut addresses) }?;
+        drop(access);
         Ok(TableRead {
-            addresses,
+            addresses: boxed_slice(addresses)?,
             cacheable,
-            gpu,
         })
     }
 
@@ -551,11 +586,11 @@ impl Pinned {
         match read {
             Ok(read) if s.phase == Phase::Pinning => {
                 s.phase = Phase::Valid;
-                s.addresses = read.addresses;
-                s.cpu_cacheable = read.cacheable;
-                s.gpu = read.gpu;
+                s.addresses = Some(read.addresses);
+                // Ordered before any reader by the lock: readers check the phase under it.
+                this.cpu_cacheable.store(read.cacheable, Relaxed);
                 if this.kind == PinKind::Callback {
-                    s._module = Some(module);
+                    s.module = module;
                 }
                 Ok(())
             }
@@ -588,7 +623,7 @@ impl Pinned {
             return Err(ENXIO);
         }
         let all = match peer {
-            None => &s.addresses[..],
+            None => s.addresses(),
             Some(peer) => {
                 let key = sys::pci_dev_ptr(peer) as usize;
                 &s.maps.get(&key).ok_or(ENOENT)?.addresses[..]
@@ -609,8 +644,8 @@ impl Pinned {
         if s.phase != Phase::Valid {
             return Err(ENXIO);
         }
-        let want = s.addresses.get(first..first.checked_add(n).ok_or(EINVAL)?);
-        let want = want.ok_or(EINVAL)?;
+        let end = first.checked_add(n).ok_or(EINVAL)?;
+        let want = s.addresses().get(first..end).ok_or(EINVAL)?;
         let (ptr, len) = (want.as_ptr(), want.len());
         drop(s);
         // SAFETY: `addresses` was written when the pin became Valid, which it is, and is never
@@ -633,7 +668,7 @@ impl Pinned {
             if s.phase != Phase::Valid {
                 return Err(ENXIO);
             }
-            let address = *s.addresses.get(page).ok_or(EINVAL)?;
+            let address = *s.addresses().get(page).ok_or(EINVAL)?;
             (address, Access::take(self, &mut s, &[Phase::Valid])?)
         };
         Ok(f(address))
@@ -652,26 +687,26 @@ impl Pinned {
     /// error, or with -EIO where the DMA API cannot map a page for the peer.
     pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result<Arc<KVVec<u64>>> {
         let key = sys::pci_dev_ptr(peer) as usize;
-        let gpu = match self.use_mapping(key)? {
-            Ok(addresses) => return Ok(addresses),
-            Err(gpu) => gpu,
-        };
+        if let Some(addresses) = self.use_mapping(key)? {
+            return Ok(addresses);
+        }
+        let gpu = self.gpu()?;
         // First, as the uAPI documents a failed first allocation as -ENOMEM (the arrays'
         // allocations fall back to vmalloc).
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
-        if !self.iovas.allowed(gpu, peer) {
+        if !self.env.iovas.allowed(gpu, peer) {
             self.probe(peer)?;
-            self.iovas.allow(gpu, peer)?;
+            self.env.iovas.allow(gpu, peer)?;
         }
         let n = self.range.page_count() as usize;
         let mut bus = KVVec::with_capacity(n, GFP_KERNEL)?;
         self.copy_addresses(None, 0, &mut bus)?;
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
-        self.iovas.map(peer, &bus, &mut addresses)?;
+        self.env.iovas.map(peer, &bus, &mut addresses)?;
         let addresses = match Arc::new(addresses, GFP_KERNEL) {
             Ok(addresses) => addresses,
             Err(e) => {
-                self.iovas.unmap(peer, &bus);
+                self.env.iovas.unmap(peer, &bus);
                 return Err(e.into());
             }
         };
@@ -700,26 +735,29 @@ impl Pinned {
             _ => Err(ENXIO),
         };
         drop(s);
-        self.iovas.unmap(peer, &bus);
+        self.env.iovas.unmap(peer, &bus);
         lost
     }
 
-    /// Counts a use of `peer`'s mapping (by `key`) if there is one, returning its addresses,
-    /// or says which GPU the pin is on (`Err`), for a mapping to make. -ENXIO unless the pin
-    /// is valid.
-    fn use_mapping(&self, key: usize) -> Result<core::result::Result<Arc<KVVec<u64>>, GpuUuid>> {
+    /// Counts a use of `peer`'s mapping (by `key`) if there is one, returning its addresses
+    /// (`None`: a mapping is to be made). -ENXIO unless the pin is valid.
+    fn use_mapping(&self, key: usize) -> Result<Option<Arc<KVVec<u64>>>> {
         let mut s = self.state.lock();
         if s.phase != Phase::Valid {
             return Err(ENXIO);
         }
-        let gpu = s.gpu;
-        Ok(match s.maps.get_mut(&key) {
-            Some(m) => {
-                m.uses += 1;
-                Ok(m.addresses.clone())
-            }
-            None => Err(gpu),
-        })
+        Ok(s.maps.get_mut(&key).map(|m| {
+            m.uses += 1;
+            m.addresses.clone()
+        }))
+    }
+
+    /// The GPU the pages are on, read from the table: -ENXIO unless the pin is valid.
+    fn gpu(&self) -> Result<GpuUuid> {
+        let access = Access::take(self, &mut self.state.lock(), &[Phase::Valid])?;
+        // SAFETY: the table is live while access is held, and passed check_table when the
+        // pin was made.
+        Ok(unsafe { table_gpu(access.table()) })
     }
 
     /// Ends a use that [`Pinned::dma_map`] counted for `peer`. The last one gives the mapping
@@ -739,7 +777,7 @@ impl Pinned {
             s.maps.remove(&key)
         };
         if let Some(map) = map {
-            map.unmap(self.iovas);
+            map.unmap(&self.env.iovas);
         }
     }
 
@@ -750,7 +788,7 @@ impl Pinned {
         // Admitted before the phase is checked: should the callback free the table after
         // the check, no pin of ours gets its address until the call below has returned, so
         // the call cannot map another pin's table (crate::gate).
-        let pass = self.gate.enter(Side::Use);
+        let pass = self.env.gate.enter(Side::Use);
         let mapper = self.begin_dma_map()?;
         let made = mapper.map_pages(peer);
         drop(pass);
@@ -774,7 +812,7 @@ impl Pinned {
             return Err(ENXIO);
         }
         let table = s.table.ok_or(ENXIO)?;
-        s.mappers += 1;
+        s.mappers = s.mappers.checked_add(1).ok_or(EBUSY)?;
         // INVARIANT: counted with the phase Valid and the state's table.
         Ok(Mapper {
             pinned: self,
@@ -848,12 +886,12 @@ impl Pinned {
         // the table after the check, no pin of ours gets its address until our put_pages has
         // returned, so that put_pages cannot release another pin (crate::gate). A persistent
         // pin is never called back.
-        let pass = (this.kind == PinKind::Callback).then(|| this.gate.enter(Side::Use));
+        let pass = (this.kind == PinKind::Callback).then(|| this.env.gate.enter(Side::Use));
         let release = match this.begin_release() {
             Ok(release) => release,
             Err(done) => return done,
         };
-        let table = release.unmap_all(this.iovas);
+        let table = release.unmap_all(&this.env.iovas);
         let ret = this.put_table(table);
         drop(pass);
         Self::finish_release(owner, ret)
@@ -889,7 +927,7 @@ impl Pinned {
             // the callback have freed it meanwhile, the gate keeps its address from naming
             // another pin of ours, and NVIDIA finds nothing under the key.
             PinKind::Callback => unsafe {
-                raw_put_pages(self.tokens, self.range.start(), table.0.as_ptr())
+                raw_put_pages(self.tokens(), self.range.start(), table.0.as_ptr())
             },
             // SAFETY: the table came from get_pages_persistent for this range, and we moved
             // the phase to Releasing: nobody else gives it back, so this is once.
@@ -919,7 +957,7 @@ impl Pinned {
         }
         s.phase = Phase::Released;
         s.table = None;
-        let module = s._module.take();
+        let module = core::mem::replace(&mut s.module, ModuleRef::none());
         drop(s);
         if this.kind == PinKind::Callback {
             // SAFETY: put_pages succeeded in the pinning process, so NVIDIA dropped the
@@ -988,7 +1026,7 @@ impl Pinned {
             // Nobody takes access once the phase is Revoked: `users` stays 0.
             core::mem::take(&mut s.maps)
         };
-        PeerMap::unmap_all(maps, self.iovas);
+        PeerMap::unmap_all(maps, &self.env.iovas);
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
         unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
@@ -1042,9 +1080,21 @@ impl Release<'_> {
 
 /// What [`Pinned::read_table`] read of a table.
 struct TableRead {
-    addresses: KVVec<u64>,
+    addresses: KVBox<[u64]>,
     cacheable: bool,
-    gpu: GpuUuid,
+}
+
+/// `v`, filled to its capacity, as a boxed slice: two words in a pin's state instead of a
+/// vector's three. -EIO for an empty or partly filled `v`.
+fn boxed_slice(v: KVVec<u64>) -> Result<KVBox<[u64]>> {
+    if v.is_empty() || v.len() != v.capacity() {
+        return Err(EIO);
+    }
+    let (ptr, len, _) = v.into_raw_parts();
+    // SAFETY: `ptr` is the vector's allocation, made by `KVmalloc` for `len` elements (its
+    // capacity), all initialized, and the vector gave it up: it is a valid `[u64]` of that
+    // allocator, as `KBox::pin_slice` converts its own vector.
+    Ok(unsafe { KVBox::from_raw(core::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
 /// What [`Pinned::unpin`] did.
@@ -1081,17 +1131,14 @@ mod tests {
     /// its state when `pinned` (as after a put_pages_persistent that failed): the drop check's
     /// reports it made.
     fn reports_at_drop(pinned: bool) -> Result<u64> {
-        let own_gate = KBox::pin_init(Gate::new(), GFP_KERNEL)?;
+        let own_env = KBox::pin_init(PinEnv::new(), GFP_KERNEL)?;
         // SAFETY: the pin below, the only user of this reference, is dropped before
-        // `own_gate`, and never enters the gate (get_pages and unpin do, and it calls neither).
-        let gate: &'static Gate = unsafe { &*core::ptr::from_ref::<Gate>(&*own_gate) };
-        let own_iovas = KBox::pin_init(Iovas::new(), GFP_KERNEL)?;
-        // SAFETY: the pin below, the only user of this reference, is dropped before
-        // `own_iovas`, and never maps (dma_map does, and it is not called).
-        let iovas: &'static Iovas = unsafe { &*core::ptr::from_ref::<Iovas>(&*own_iovas) };
+        // `own_env`, and never enters the gate nor maps (get_pages, unpin and dma_map do, and
+        // it calls none of them).
+        let env: &'static PinEnv = unsafe { &*core::ptr::from_ref::<PinEnv>(&*own_env) };
         let range = GpuRange::new(0, GPU_PAGE_SIZE, u64::MAX)?;
         let pin = KBox::pin_init(
-            Pinned::new(range, PinKind::Persistent, Tokens::default(), gate, iovas),
+            Pinned::new(range, PinKind::Persistent, Tokens::default(), env),
             GFP_KERNEL,
         )?;
         if pinned {
