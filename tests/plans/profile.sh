@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 # `make profile`: where a cache hit spends its time. Samples gdrpeer-bench
 # with perf's cpu-clock (QEMU's TCG has no PMU), in user space and in the
-# kernel, while it repeats a PIN hit and its UNPIN, then the null ioctl for
-# comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
+# kernel, while it repeats a PIN hit and its UNPIN, then the same hit of a
+# random one of 65,536 and of 16 cached regions (P4's two cache sizes), then
+# the null ioctl for comparison, then a miss (a NOCACHE PIN and its UNPIN, which pin and unpin
 # through nvsim), then cuMemFree of a pinned buffer (NVIDIA's free callback)
 # and of one nobody pinned, then gdrcopy's apiperf loop through /dev/gdrdrv
 # (pin, map, get_info, unmap, unpin, cached), then the sample NIC's REG + DEREG
@@ -18,8 +19,14 @@
 # to another, so the kernel addresses are looked up in /proc/kallsyms here.
 profile_loop() {
 	echo "== gdrpeer-bench loop $1"
-	perf record -q -N -e cpu-clock -c 20000 -o /tmp/perf-$1.data -- \
-		gdrpeer-bench loop "$1" --reps "$2" || return 1
+	# Sampling from the first timed repetition to the last: the loop's set-up
+	# (65,536 pins for hit-many) and warm-up are not in the profile.
+	rm -f /tmp/perf-ctl /tmp/perf-ack
+	mkfifo /tmp/perf-ctl /tmp/perf-ack || return 1
+	perf record -q -N -e cpu-clock -c 20000 -D -1 \
+		--control fifo:/tmp/perf-ctl,/tmp/perf-ack -o /tmp/perf-$1.data -- \
+		gdrpeer-bench loop "$1" --reps "$2" \
+		--perf-control /tmp/perf-ctl /tmp/perf-ack || return 1
 	perf script -i /tmp/perf-$1.data -F ip 2>/dev/null | awk '{ print $1 }' >/tmp/ips
 	total=$(wc -l </tmp/ips)
 	echo "-- samples: $total; by where they fell, then by kernel symbol (>= 0.5%)"
@@ -41,7 +48,7 @@ profile() {
 	set -- $(cat $GDRPEER/plan.args)
 	reps=${1:-200000}
 	[ $# -gt 0 ] && shift
-	loops=${*:-hit null miss inval free apiperf kapi kapi-loop}
+	loops=${*:-hit hit-many hit-few null miss inval free apiperf kapi kapi-loop}
 	export HOME=/tmp
 	# Whole-page CUDA allocations, as make bench makes them (lib-load.sh).
 	export LIBCUDA_SIM_SUBALLOC=0
@@ -56,7 +63,7 @@ profile() {
 	rc=0
 	for op in $loops; do
 		case $op in
-		hit | null | kapi) n=$reps ;;
+		hit | hit-many | hit-few | null | kapi) n=$reps ;;
 		kapi-loop) n=$((reps / 16)) ;;
 		apiperf) n=$((reps / 10)) ;;
 		*) n=$((reps / 50)) ;;

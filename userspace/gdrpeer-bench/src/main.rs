@@ -77,6 +77,11 @@ enum Cmd {
         /// Repetitions.
         #[arg(long, default_value_t = 200000)]
         reps: usize,
+        /// perf record's control and acknowledgement FIFOs (`perf record -D -1 --control
+        /// fifo:CTL,ACK`): sampling is enabled after the set-up and the warm-up and disabled
+        /// after the timed repetitions, so the profile holds the loop alone.
+        #[arg(long, num_args = 2, value_names = ["CTL", "ACK"])]
+        perf_control: Option<Vec<PathBuf>>,
     },
     /// The CUDA pointer queries of the user-space cache, timed without the module (on a GPU
     /// machine or in the guest).
@@ -140,7 +145,11 @@ fn main() -> ExitCode {
             let text = serde_json::to_string(&o).map_err(|e| e.to_string())?;
             std::fs::write(&json, text + "\n").map_err(|e| format!("{}: {e}", json.display()))
         }),
-        Cmd::Loop { op, reps } => match profile::run(op, reps) {
+        Cmd::Loop {
+            op,
+            reps,
+            perf_control,
+        } => match profile::run(op, reps, perf_control.as_deref()) {
             Err(measure::Failure::NoCuda(e)) => {
                 eprintln!("gdrpeer-bench: {e} (the benchmarks need a CUDA driver)");
                 return ExitCode::from(NO_CUDA);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 const K64: u64 = 1 << 16;
 /// The scaling measurements' cache is filled from allocations of at most this many 64 KiB
 /// pages.
-const CHUNK_PAGES: u64 = 16384;
+pub const CHUNK_PAGES: u64 = 16384;
 /// Untimed repetitions before each timed series.
 pub const WARMUP: usize = 10;
 

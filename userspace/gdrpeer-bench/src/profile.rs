@@ -7,9 +7,16 @@ use crate::dmabuf::KAPI_LOOP;
 use crate::measure::{c, g, Failure};
 use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
 use nvsim::gdrnic::Nic;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const K64: u64 = 1 << 16;
+/// The cache sizes of [`LoopOp::HitMany`] and [`LoopOp::HitFew`].
+const MANY: u64 = 65536;
+const FEW: u64 = 16;
+/// The seed of their random choice of regions.
+const SEED: u64 = 1;
 
 /// What the loop repeats.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -18,6 +25,11 @@ pub enum LoopOp {
     Null,
     /// PIN of a cached 64 KiB region (a hit) and its UNPIN (lazy).
     Hit,
+    /// PIN of a random one of 65,536 cached 64 KiB regions and its UNPIN: the hit at P4's
+    /// largest cache (`make bench`'s default sizes).
+    HitMany,
+    /// The same among 16 cached regions: the hit at P4's smallest cache.
+    HitFew,
     /// PIN of 64 KiB with GDRPEER_PIN_NOCACHE (NVIDIA's pin) and its UNPIN (NVIDIA's unpin).
     Miss,
     /// cuMemAlloc of 64 KiB, PIN, UNPIN (cached) and cuMemFree: NVIDIA's free callback.
@@ -35,8 +47,51 @@ pub enum LoopOp {
     KapiLoop,
 }
 
-/// Runs `op` `reps` times after a warm-up.
-pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
+/// perf record's control FIFO and its acknowledgements (`perf record --control`).
+struct PerfControl {
+    ctl: std::fs::File,
+    ack: BufReader<std::fs::File>,
+}
+
+impl PerfControl {
+    /// Opens the two FIFOs that perf record listens and answers on: `paths` is the control
+    /// FIFO, then the acknowledgement one.
+    fn open(paths: &[PathBuf]) -> Result<Self, String> {
+        let [ctl, ack] = paths else {
+            return Err("--perf-control takes two FIFOs".into());
+        };
+        let open = |p: &Path, write: bool| {
+            std::fs::OpenOptions::new()
+                .read(!write)
+                .write(write)
+                .open(p)
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        Ok(PerfControl {
+            ctl: open(ctl, true)?,
+            ack: BufReader::new(open(ack, false)?),
+        })
+    }
+
+    /// Sends `command` ("enable", "disable") and waits until perf has carried it out.
+    fn send(&mut self, command: &str) -> Result<(), String> {
+        writeln!(self.ctl, "{command}").map_err(|e| format!("perf control: {e}"))?;
+        let mut answer = String::new();
+        self.ack
+            .read_line(&mut answer)
+            .map_err(|e| format!("perf control: {e}"))?;
+        // perf writes its answer with the string's NUL: "ack\n\0".
+        match answer.trim_matches(|c: char| c == '\0' || c.is_whitespace()) {
+            "ack" => Ok(()),
+            other => Err(format!("perf control: '{other}' in answer to {command}")),
+        }
+    }
+}
+
+/// Runs `op` `reps` times after a warm-up, with perf's sampling on for the timed repetitions
+/// alone where `perf_control` names perf record's FIFOs.
+pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<(), Failure> {
+    let mut perf = perf_control.map(PerfControl::open).transpose()?;
     let cuda = Cuda::load().map_err(|e| Failure::NoCuda(e.to_string()))?;
     let dev = g(Device::open_default(), "open")?;
     // For the NIC, a pool block, whose first 64 KiB are a GPU page of its own (as the NIC's
@@ -56,8 +111,19 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
         }
         _ => None,
     };
-    let once = || -> Result<(), String> {
+    let (chunks, regions) = match op {
+        LoopOp::HitMany => cached_regions(&dev, &cuda, MANY)?,
+        LoopOp::HitFew => cached_regions(&dev, &cuda, FEW)?,
+        _ => (Vec::new(), Vec::new()),
+    };
+    let mut rng = fastrand::Rng::with_seed(SEED);
+    let mut once = || -> Result<(), String> {
         match op {
+            LoopOp::HitMany | LoopOp::HitFew => {
+                let va = regions[rng.usize(..regions.len())];
+                let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
+                g(dev.unpin(p.handle), "unpin")
+            }
             LoopOp::Apiperf => {
                 let gd = gd.as_ref().ok_or("no /dev/gdrdrv")?;
                 let h = g(gd.pin_v2(buf, K64, 0), "PIN_BUFFER_V2")?;
@@ -98,19 +164,46 @@ pub fn run(op: LoopOp, reps: usize) -> Result<(), Failure> {
     for _ in 0..crate::measure::WARMUP {
         once()?;
     }
+    if let Some(perf) = perf.as_mut() {
+        perf.send("enable")?;
+    }
     let start = Instant::now();
     for _ in 0..reps {
         once()?;
+    }
+    let elapsed = start.elapsed();
+    if let Some(perf) = perf.as_mut() {
+        perf.send("disable")?;
     }
     let per_rep = match op {
         LoopOp::KapiLoop => reps * KAPI_LOOP as usize,
         _ => reps,
     };
-    let ns = start.elapsed().as_nanos() / per_rep.max(1) as u128;
+    let ns = elapsed.as_nanos() / per_rep.max(1) as u128;
     println!("loop {op:?}: {per_rep} repetitions, {ns} ns each");
     drop(gd);
     drop(nic);
     drop(dev);
+    for chunk in chunks {
+        c(cuda.mem_free(chunk))?;
+    }
     c(cuda.mem_free(buf))?;
     Ok(())
+}
+
+/// `n` 64 KiB regions pinned and unpinned in `dev`, so cached there: the allocations made
+/// for them (to free at the end) and the regions' addresses.
+fn cached_regions(dev: &Device, cuda: &Cuda, n: u64) -> Result<(Vec<u64>, Vec<u64>), Failure> {
+    let chunk_pages = n.min(crate::measure::CHUNK_PAGES);
+    let chunks = (0..n.div_ceil(chunk_pages))
+        .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
+        .collect::<Result<Vec<u64>, String>>()?;
+    let regions: Vec<u64> = (0..n)
+        .map(|i| chunks[(i / chunk_pages) as usize] + (i % chunk_pages) * K64)
+        .collect();
+    for &va in &regions {
+        let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
+        g(dev.unpin(p.handle), "unpin")?;
+    }
+    Ok((chunks, regions))
 }
