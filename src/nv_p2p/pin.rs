@@ -13,7 +13,7 @@ use kernel::{
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{self, Acquire, Atomic, Relaxed},
         Arc, CondVar, SpinLock,
     },
     task::Task,
@@ -324,7 +324,7 @@ pub(crate) struct Pinned {
     p2p_token: u64,
     va_space: u32,
     /// Whether the table says the CPU may cache the pages (coherent platforms): written
-    /// once, before the pin becomes `Valid` under the state's lock; false until then.
+    /// once (a release), when the pin becomes `Valid`; false until then.
     cpu_cacheable: Atomic<bool>,
     /// The group leader of the pinning process: only it may put a callback pin.
     owner: ARef<Task>,
@@ -453,14 +453,13 @@ impl Pinned {
 
     /// Whether NVIDIA's table says the CPU may cache its pages (false until pinned).
     pub(crate) fn cpu_cacheable(&self) -> bool {
-        let _s = self.state.lock();
-        self.cpu_cacheable.load(Relaxed)
+        self.cpu_cacheable.load(Acquire)
     }
 
     /// [`Pinned::is_revoked`] and [`Pinned::cpu_cacheable`] at once (one lock).
     pub(crate) fn revoked_and_cacheable(&self) -> (bool, bool) {
         let s = self.state.lock();
-        (s.phase == Phase::Revoked, self.cpu_cacheable.load(Relaxed))
+        (s.phase == Phase::Revoked, self.cpu_cacheable.load(Acquire))
     }
 
     /// Pins the range: calls nv-p2p, checks the table and copies its addresses.
@@ -587,8 +586,8 @@ impl Pinned {
             Ok(read) if s.phase == Phase::Pinning => {
                 s.phase = Phase::Valid;
                 s.addresses = Some(read.addresses);
-                // Ordered before any reader by the lock: readers check the phase under it.
-                this.cpu_cacheable.store(read.cacheable, Relaxed);
+                // Pairs with the readers' acquire loads.
+                this.cpu_cacheable.store(read.cacheable, atomic::Release);
                 if this.kind == PinKind::Callback {
                     s.module = module;
                 }
