@@ -36,6 +36,8 @@
  *   their flags as the driver reads them; a FORCE_BAR1 pin cannot be
  *   DMA-mapped;
  * - DMA mappings per peer with dma_map_resource(), several peers per table;
+ *   two GPUs, told apart by the UUID in their tables, and the driver's PCIe
+ *   topology check, which refuses a peer with -ENOTSUPP (refuse_peers);
  * - small allocations carved from shared 2 MiB pool blocks, the callbacks
  *   belonging to each buffer (callback_per_buffer, the default, stricter
  *   than the driver) or, as on the driver, to the block (the RM memory
@@ -174,7 +176,10 @@ static bool nvsim_lock_held_by_me(void)
 	return READ_ONCE(nvsim_lock_owner) == current;
 }
 
-/* One simulated GPU: the ivshmem device. Protected by nvsim_lock. */
+/*
+ * The ivshmem device: the memory of both simulated GPUs (nvsim_gpu_uuid).
+ * Protected by nvsim_lock.
+ */
 static struct {
 	struct pci_dev *pdev;
 	phys_addr_t bar_phys;	/* CPU physical address of the BAR */
@@ -188,8 +193,15 @@ static struct {
 	u64 bar1_size;		/* aperture; debugfs can shrink it at run time */
 } gpu;
 
-static const u8 nvsim_gpu_uuid[NVSIM_UUID_LEN] = {
-	'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-', '0'
+/*
+ * The UUIDs of the two simulated GPUs. Both share the ivshmem BAR: an
+ * allocation made with NVSIM_ALLOC_GPU1 is the second GPU's memory, and its
+ * tables carry the second UUID.
+ */
+#define NVSIM_GPUS 2
+static const u8 nvsim_gpu_uuid[NVSIM_GPUS][NVSIM_UUID_LEN] = {
+	{ 'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-', '0' },
+	{ 'n', 'v', 's', 'i', 'm', '-', 'g', 'p', 'u', '-', '1' },
 };
 
 /* Counters (debugfs nvsim/stats); protected by nvsim_lock unless atomic. */
@@ -203,6 +215,7 @@ static struct {
 	u64 pool_blocks_cached;
 	u64 persistent_flags_last, put_persistent_flags_last, force_bar1_pins;
 	u64 pins_failed_between_steps, deferred_closes;
+	u64 topology_refusals;
 	atomic64_t free_page_table_calls, free_dma_mapping_calls;
 	atomic64_t dma_mappings_live, client_errors;	/* also changed without nvsim_lock */
 	/*
@@ -287,6 +300,7 @@ struct nvsim_alloc {
 	u32 npages;
 	u32 *pages;			/* BAR page of each GPU page */
 	bool sync_memops;
+	u8 gpu;				/* which simulated GPU's memory it is */
 	bool pool;			/* a pool block: buffers are in subs */
 	bool cached;			/* a pool block with no buffer, kept (per-block rule) */
 	struct list_head subs;
@@ -316,6 +330,7 @@ struct nvsim_pin {
 	struct nvsim_alloc *alloc;
 	u32 first, count;		/* GPU pages of alloc */
 	pid_t tgid;
+	u8 gpu;				/* its memory's GPU (the table's UUID) */
 	bool persistent;
 	bool bar1;			/* mapped through BAR1 (not a coherent pin) */
 	bool force_bar1;		/* pinned with NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING */
@@ -395,6 +410,13 @@ static u32 put_pages_delay_us, dma_map_delay_us;
  * the driver refuses persistent pins on MIG, vGPU and confidential computing.
  */
 static bool refuse_persistent;
+
+/*
+ * debugfs refuse_peers: bit N set, dma_map_pages of a table of GPU N fails
+ * with -ENOTSUPP for every peer, as the driver's PCIe topology check fails a
+ * peer that shares no switch with the GPU (and no allowed chipset).
+ */
+static u32 refuse_peers;
 static atomic_t calls_delayed = ATOMIC_INIT(0);
 
 /* Fault injection: fail the next `times` calls (or `percent`% of calls). */
@@ -711,7 +733,8 @@ static int nvsim_table_fill(struct nvsim_pin *pin, struct nvsim_alloc *a, u32 fi
 	u32 i;
 
 	pt->pages = kcalloc(count, sizeof(*pt->pages), GFP_KERNEL);
-	pt->gpu_uuid = kmemdup(nvsim_gpu_uuid, NVSIM_UUID_LEN, GFP_KERNEL);
+	pin->gpu = a->gpu;
+	pt->gpu_uuid = kmemdup(nvsim_gpu_uuid[a->gpu], NVSIM_UUID_LEN, GFP_KERNEL);
 	if (pt->gpu_uuid)
 		atomic64_inc(&st.uuids_live);
 	if (!pt->pages || !pt->gpu_uuid)
@@ -1529,6 +1552,10 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	ret = -ENOTSUPP;
 	if (pin->force_bar1)
 		goto out;
+	if (READ_ONCE(refuse_peers) & BIT(pin->gpu)) {
+		st.topology_refusals++;
+		goto out;
+	}
 	ret = nvsim_fault_hit(&fault_dma_map);
 	if (ret)
 		goto out;
@@ -1805,8 +1832,9 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
 	if (!req.size || DIV_ROUND_UP_ULL(req.size, GPU_PAGE_SIZE) > U32_MAX || req.pad ||
-	    (req.flags & ~NVSIM_ALLOC_SUBALLOC) ||
-	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && req.size >= NVSIM_POOL_BLOCK))
+	    (req.flags & ~(NVSIM_ALLOC_SUBALLOC | NVSIM_ALLOC_GPU1)) ||
+	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && req.size >= NVSIM_POOL_BLOCK) ||
+	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && (req.flags & NVSIM_ALLOC_GPU1)))
 		return -EINVAL;
 
 	nvsim_lock_acquire();
@@ -1817,6 +1845,8 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 		if (IS_ERR(a)) {
 			ret = PTR_ERR(a);
 		} else {
+			/* Under nvsim_lock, before any pin can see it. */
+			a->gpu = !!(req.flags & NVSIM_ALLOC_GPU1);
 			req.va = a->va;
 			req.buffer_id = a->buffer_id;
 		}
@@ -1868,7 +1898,8 @@ static int nvsim_ioctl_query(struct nvsim_query_args __user *uarg)
 		q.sync_memops = sub ? sub->sync_memops : a->sync_memops;
 		q.p2p_token = a->space->p2p_token;
 		q.va_space = a->space->va_space;
-		q.flags = (sub ? NVSIM_QUERY_SUBALLOC : 0) | (a->phys ? NVSIM_QUERY_VMM : 0);
+		q.flags = (sub ? NVSIM_QUERY_SUBALLOC : 0) | (a->phys ? NVSIM_QUERY_VMM : 0) |
+			  (a->gpu ? NVSIM_QUERY_GPU1 : 0);
 		q.pad = 0;
 		ret = 0;
 	}
@@ -2360,6 +2391,7 @@ static int nvsim_stats_show(struct seq_file *m, void *unused)
 	seq_printf(m, "objects_recycled %lld\n", atomic64_read(&st.objects_recycled));
 	seq_printf(m, "pins_failed_between_steps %llu\n", st.pins_failed_between_steps);
 	seq_printf(m, "deferred_closes %llu\n", st.deferred_closes);
+	seq_printf(m, "topology_refusals %llu\n", st.topology_refusals);
 	seq_printf(m, "deferred_closes_pending %d\n", atomic_read(&st.deferred_closes_pending));
 	nvsim_lock_release();
 	return 0;
@@ -2596,6 +2628,7 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);
 	debugfs_create_u32("unmap_delay_us", 0600, nvsim_debugfs, &unmap_delay_us);
 	debugfs_create_bool("refuse_persistent", 0600, nvsim_debugfs, &refuse_persistent);
+	debugfs_create_x32("refuse_peers", 0600, nvsim_debugfs, &refuse_peers);
 	debugfs_create_u32("put_pages_delay_us", 0600, nvsim_debugfs, &put_pages_delay_us);
 	debugfs_create_u32("dma_map_delay_us", 0600, nvsim_debugfs, &dma_map_delay_us);
 	debugfs_create_file("free_on_pin", 0200, nvsim_debugfs, NULL, &nvsim_free_on_pin_fops);
@@ -2650,7 +2683,7 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	int ret;
 
 	if (gpu.pdev)
-		return -EBUSY;	/* one simulated GPU */
+		return -EBUSY;	/* one ivshmem device */
 	if (len < GPU_PAGE_SIZE || !(pci_resource_flags(pdev, NVSIM_BAR) & IORESOURCE_MEM))
 		return -ENODEV;
 	ret = pcim_enable_device(pdev);

@@ -26,6 +26,8 @@ struct nvsim_alloc_args {
 
 /* Sub-allocate from a 2 MiB pool block, 256-byte aligned; size below 2 MiB. */
 #define NVSIM_ALLOC_SUBALLOC	0x1
+/* On the second simulated GPU (its own UUID in page tables); not with SUBALLOC. */
+#define NVSIM_ALLOC_GPU1	0x2
 
 struct nvsim_query_args {
 	__u64 va;		/* in: any address inside the allocation */
@@ -41,6 +43,7 @@ struct nvsim_query_args {
 
 #define NVSIM_QUERY_SUBALLOC	0x1	/* a buffer inside a pool block */
 #define NVSIM_QUERY_VMM		0x2	/* a VMM mapping (cuMemMap) */
+#define NVSIM_QUERY_GPU1	0x4	/* the second simulated GPU's memory */
 
 struct nvsim_sync_memops_args {
 	__u64 va;		/* in: any address inside the allocation */

@@ -17,7 +17,7 @@ pub use nvsim::gdrnic::{
     DMABUF_NO_INVALIDATE, DMABUF_NO_P2P, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE, RECV, REG_LOOP_MAX,
     SEND, XFER_MAX,
 };
-use nvsim::testing::{self as harness, debugfs, errno, stat, TestResult, SKIP};
+use nvsim::testing::{self as harness, debugfs, errno, stat, with_debugfs, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
 use std::{process::Command, thread, time::Duration};
@@ -673,6 +673,56 @@ fn nine_contexts_one_mapping() -> TestResult {
     Ok(())
 }
 
+/// NVIDIA decides whether a peer may reach a GPU (its PCIe topology check), and gdrpeer asks
+/// once per GPU and peer, telling GPUs apart by the UUID in the pin's table. nvsim's second
+/// GPU is refused for every peer (`refuse_peers`) after the first GPU's memory was registered
+/// for edu: a registration of the second GPU's memory must then fail with -EOPNOTSUPP (the
+/// kernel API's and the dma-buf import's), where a pin that read the wrong UUID would find
+/// the first GPU's answer and map. A refusal is not remembered: allowed again, the second
+/// GPU's memory is registered and edu's DMA reaches it.
+fn gpus_asked_apart() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (v0, _) = gpu.alloc(K64).map_err(errno)?;
+    let (v1, _) = gpu.alloc_flags(K64, nvsim::ALLOC_GPU1).map_err(errno)?;
+    let content = pattern(47, K64 as usize);
+    gpu.write(v1, &content).map_err(errno)?;
+    let n = nic()?;
+    n.reg(v0, K64).map_err(errno)?;
+    let (pairs, mapped) = (gstat("dma_gpu_peer_pairs")?, dma_counters()?);
+    let refusals = stat("topology_refusals")?;
+    with_debugfs("refuse_peers", "2", "0", || {
+        expect_err(
+            n.reg(v1, K64),
+            Errno::OPNOTSUPP,
+            "registration of memory of a GPU edu may not reach",
+        )?;
+        expect_err(
+            n.reg_dmabuf(-1, DMABUF_KAPI, v1, K64),
+            Errno::OPNOTSUPP,
+            "dma-buf import of memory of a GPU edu may not reach",
+        )?;
+        check_eq!(
+            stat("topology_refusals")? - refusals,
+            2,
+            "NVIDIA's refusals: one per registration (a refusal is not remembered)"
+        );
+        check_eq!(
+            (gstat("dma_gpu_peer_pairs")?, dma_counters()?),
+            (pairs, mapped),
+            "GPU and peer pairs, DMA-mapped pages and holds after the refusals"
+        );
+        Ok(())
+    })?;
+    let r1 = n.reg(v1, K64).map_err(errno)?;
+    check_eq!(
+        gstat("dma_gpu_peer_pairs")?,
+        pairs + 1,
+        "GPU and peer pairs once the second GPU was allowed"
+    );
+    check_dma_reaches(&n, &r1.dma, &content, "the second GPU's registration")?;
+    Ok(())
+}
+
 /// Two contexts map one page: the first one's close leaves the mapping to the second, whose
 /// DMA still reaches the page; the memory's free revokes the second's registration, and the
 /// callback unmaps the page before it returns (the registration's invalidation first).
@@ -1082,6 +1132,7 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-dma-map-nine-contexts-one-mapping",
         nine_contexts_one_mapping,
     ),
+    ("gdrnic-dma-map-gpus-asked-apart", gpus_asked_apart),
     (
         "gdrnic-dma-map-shared-mapping-outlives-one-holder",
         shared_mapping_outlives_one_holder,

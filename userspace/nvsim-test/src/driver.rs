@@ -7,7 +7,9 @@
 //! kernel thread, the callback rule of sub-allocated buffers, contiguous BAR extents.
 
 use crate::{expect_err, in_other_process, pin_ok, wait_revoked, EINVAL, K64};
-use nvsim::testing::{client, debugfs, stat, status, take_client_errors, with_param, TestResult};
+use nvsim::testing::{
+    client, debugfs, stat, status, take_client_errors, with_debugfs, with_param, TestResult,
+};
 use nvsim::Gpu;
 use nvsim::{check, check_eq};
 
@@ -344,6 +346,78 @@ pub fn force_bar1_table_cannot_be_dma_mapped() -> TestResult {
     );
     for p in [&forced, &plain] {
         check_eq!(status(&format!("putp {} 0", p.handle))?, 0, "putp");
+    }
+    Ok(())
+}
+
+/// Two GPUs: memory allocated with `ALLOC_GPU1` is the second GPU's, its tables carry that
+/// GPU's UUID (two tables of one GPU carry the same bytes), and QUERY says whose it is.
+/// `refuse_peers` is the driver's PCIe topology check: `dma_map_pages` of a refused GPU's
+/// table fails with -ENOTSUPP for every peer, while the other GPU's tables map.
+pub fn two_gpus_and_the_topology_check() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (v0, _) = gpu.alloc(K64).map_err(errno)?;
+    let (v1, _) = gpu.alloc_flags(K64, nvsim::ALLOC_GPU1).map_err(errno)?;
+    check_eq!(
+        gpu.alloc_flags(K64, nvsim::ALLOC_GPU1 | nvsim::ALLOC_SUBALLOC)
+            .map_err(|e| e.raw_os_error()),
+        Err(22),
+        "a sub-allocation on the second GPU"
+    );
+    for (va, want) in [(v0, 0), (v1, nvsim::QUERY_GPU1)] {
+        let q = gpu.query(va).map_err(errno)?;
+        check_eq!(
+            q.flags & nvsim::QUERY_GPU1,
+            want,
+            format!("QUERY's GPU of {va:#x}")
+        );
+    }
+    let a = pin_ok(&format!("get {v0} {K64}"))?;
+    let b = pin_ok(&format!("get {v1} {K64}"))?;
+    let c = pin_ok(&format!("get {v0} {K64}"))?;
+    check_eq!(
+        client(&format!("same {} {}", a.handle, c.handle))?,
+        "table=0 uuid=0 uuid_bytes=1",
+        "two tables of the first GPU: their UUIDs"
+    );
+    check_eq!(
+        client(&format!("same {} {}", a.handle, b.handle))?,
+        "table=0 uuid=0 uuid_bytes=0",
+        "tables of the two GPUs: their UUIDs"
+    );
+    let refusals = stat("topology_refusals")?;
+    // Each GPU refused in turn: the other's table maps for edu.
+    for (refused, allowed) in [(&b, &a), (&a, &b)] {
+        let mask = if refused.handle == b.handle { "2" } else { "1" };
+        with_debugfs("refuse_peers", mask, "0", || {
+            for peer in ["edu", "gpu"] {
+                check_eq!(
+                    status(&format!("map {} {peer}", refused.handle))?,
+                    ENOTSUPP,
+                    format!("dma_map_pages for {peer} of a refused GPU's table")
+                );
+            }
+            check_eq!(
+                status(&format!("map {} edu", allowed.handle))?,
+                0,
+                "dma_map_pages of the other GPU's table"
+            );
+            check_eq!(
+                status(&format!("unmap {} 0 edu", allowed.handle))?,
+                0,
+                "unmap"
+            );
+            Ok(())
+        })?;
+    }
+    check_eq!(
+        stat("topology_refusals")? - refusals,
+        4,
+        "dma_map_pages calls refused"
+    );
+    check_eq!(stat("dma_mappings_live")?, 0, "mappings left");
+    for p in [&a, &b, &c] {
+        check_eq!(status(&format!("put {}", p.handle))?, 0, "put");
     }
     Ok(())
 }

@@ -553,6 +553,10 @@ const TESTS: &[Test] = &[
         driver::force_bar1_table_cannot_be_dma_mapped,
     ),
     (
+        "nvsim-two-gpus-and-the-topology-check",
+        driver::two_gpus_and_the_topology_check,
+    ),
+    (
         "nvsim-free-between-the-two-pin-steps-fails-the-pin",
         driver::free_between_the_two_pin_steps_fails_the_pin,
     ),

@@ -30,10 +30,15 @@ pub struct AllocArgs {
 
 /// `NVSIM_ALLOC_SUBALLOC`: carve the buffer from a shared 2 MiB pool block, 256-byte aligned.
 pub const ALLOC_SUBALLOC: u32 = 1;
+/// `NVSIM_ALLOC_GPU1`: the second simulated GPU's memory, whose tables carry its own UUID (not
+/// with [`ALLOC_SUBALLOC`]).
+pub const ALLOC_GPU1: u32 = 2;
 /// `NVSIM_QUERY_SUBALLOC`: the pointer lies in a buffer of a pool block.
 pub const QUERY_SUBALLOC: u32 = 1;
 /// `NVSIM_QUERY_VMM`: the pointer lies in a VMM mapping.
 pub const QUERY_VMM: u32 = 2;
+/// `NVSIM_QUERY_GPU1`: the pointer lies in the second simulated GPU's memory.
+pub const QUERY_GPU1: u32 = 4;
 /// `NVSIM_VMM_GRANULARITY`: VMM sizes and mapping addresses are multiples of it.
 pub const VMM_GRANULARITY: u64 = 2 << 20;
 /// Small allocations are sub-allocated below this size (nvsim's pool block).

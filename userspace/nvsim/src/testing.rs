@@ -143,6 +143,20 @@ pub fn with_param<T>(
     r
 }
 
+/// Runs `f` with nvsim's debugfs knob `file` set to `value`, then sets it to `after` (its
+/// default), whatever `f` returned.
+pub fn with_debugfs<T>(
+    file: &str,
+    value: &str,
+    after: &str,
+    f: impl FnOnce() -> Result<T, String>,
+) -> Result<T, String> {
+    debugfs(file, value)?;
+    let r = f();
+    debugfs(file, after)?;
+    r
+}
+
 /// Checks that nvsim counted exactly `want` client errors (made on purpose by the test),
 /// then clears the counter for the leak checks.
 pub fn take_client_errors(want: u64, what: &str) -> TestResult {
