@@ -40,6 +40,20 @@ use crate::{
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct GpuUuid(pub(crate) [u8; 16]);
 
+impl fmt::Display for GpuUuid {
+    /// As NVIDIA's tools print it: `GPU-`, then the bytes in hex, grouped 4-2-2-2-6.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GPU-")?;
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
 /// One page's mapping for one peer.
 struct Entry {
     /// The DMA address `dma_map_resource` returned.
@@ -69,17 +83,19 @@ struct IovaState {
     /// The GPUs and peers NVIDIA said may be mapped for each other ([`Iovas::allow`]). A
     /// peer's reference is kept with them until gdrpeer unloads: a handful of pairs.
     allowed: KVec<(GpuUuid, ARef<pci::Device>)>,
+    /// The GPUs and peers NVIDIA refused, reported in the kernel log ([`Iovas::refused`]),
+    /// their references kept as `allowed`'s are. The refusal itself is not remembered: each
+    /// mapping asks again.
+    refused: KVec<(GpuUuid, ARef<pci::Device>)>,
     /// Mappings made since gdrpeer was loaded.
     made: u64,
 }
 
-impl IovaState {
-    /// Whether `gpu` and `peer` are in `allowed`.
-    fn knows(&self, gpu: GpuUuid, peer: &pci::Device) -> bool {
-        self.allowed
-            .iter()
-            .any(|(g, p)| *g == gpu && core::ptr::eq::<pci::Device>(&**p, peer))
-    }
+/// Whether `gpu` and `peer` are among `pairs`.
+fn has_pair(pairs: &[(GpuUuid, ARef<pci::Device>)], gpu: GpuUuid, peer: &pci::Device) -> bool {
+    pairs
+        .iter()
+        .any(|(g, p)| *g == gpu && core::ptr::eq::<pci::Device>(&**p, peer))
 }
 
 #[pinned_drop]
@@ -129,6 +145,7 @@ impl Iovas {
                 IovaState {
                     pages: RBTree::new(),
                     allowed: KVec::new(),
+                    refused: KVec::new(),
                     made: 0,
                 },
                 "Iovas::state"
@@ -138,16 +155,36 @@ impl Iovas {
 
     /// Whether NVIDIA said `gpu`'s memory may be mapped for `peer` ([`Iovas::allow`]).
     pub(crate) fn allowed(&self, gpu: GpuUuid, peer: &pci::Device) -> bool {
-        self.state.lock().knows(gpu, peer)
+        has_pair(&self.state.lock().allowed, gpu, peer)
     }
 
     /// Remembers that NVIDIA mapped `gpu`'s memory for `peer`.
     pub(crate) fn allow(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) -> Result {
         let mut s = self.state.lock();
-        if !s.knows(gpu, peer) {
+        if !has_pair(&s.allowed, gpu, peer) {
             s.allowed.push((gpu, peer.clone()), GFP_KERNEL)?;
         }
         Ok(())
+    }
+
+    /// NVIDIA refused to map `gpu`'s memory for `peer` with -EOPNOTSUPP (its PCIe topology
+    /// check, or a table it does not map for peers): says so in the kernel log, once for each
+    /// GPU and peer, as the caller's error alone does not say which GPU or why.
+    pub(crate) fn refused(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) {
+        {
+            let mut s = self.state.lock();
+            // Without memory to remember it, the next refusal reports it.
+            if has_pair(&s.refused, gpu, peer)
+                || s.refused.push((gpu, peer.clone()), GFP_KERNEL).is_err()
+            {
+                return;
+            }
+        }
+        let dev: &kernel::device::Device = peer.as_ref();
+        kernel::dev_warn!(
+            dev,
+            "NVIDIA does not map {gpu}'s memory for this device (-EOPNOTSUPP: the PCIe path between them, or the memory's pin); its registrations of that GPU's memory fail\n"
+        );
     }
 
     /// Maps the 64 KiB BAR pages at `bus` for `peer`, sharing the mappings that exist, and

@@ -694,7 +694,12 @@ impl Pinned {
         // allocations fall back to vmalloc).
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         if !self.env.iovas.allowed(gpu, peer) {
-            self.probe(peer)?;
+            if let Err(e) = self.probe(peer) {
+                if e == sys::eopnotsupp() {
+                    self.env.iovas.refused(gpu, peer);
+                }
+                return Err(e);
+            }
             self.env.iovas.allow(gpu, peer)?;
         }
         let n = self.range.page_count() as usize;

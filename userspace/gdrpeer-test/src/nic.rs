@@ -673,13 +673,27 @@ fn nine_contexts_one_mapping() -> TestResult {
     Ok(())
 }
 
+/// Lines of the kernel log that contain `needle`.
+fn kernel_log_lines(needle: &str) -> Result<usize, String> {
+    let log = Command::new("dmesg").output().map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count())
+}
+
+/// nvsim's second GPU as gdrpeer's log names it: the UUID `nvsim-gpu-1` (zero-padded to 16
+/// bytes) in NVIDIA's notation.
+const NVSIM_GPU1: &str = "GPU-6e767369-6d2d-6770-752d-310000000000";
+
 /// NVIDIA decides whether a peer may reach a GPU (its PCIe topology check), and gdrpeer asks
 /// once per GPU and peer, telling GPUs apart by the UUID in the pin's table. nvsim's second
 /// GPU is refused for every peer (`refuse_peers`) after the first GPU's memory was registered
 /// for edu: a registration of the second GPU's memory must then fail with -EOPNOTSUPP (the
 /// kernel API's and the dma-buf import's), where a pin that read the wrong UUID would find
-/// the first GPU's answer and map. A refusal is not remembered: allowed again, the second
-/// GPU's memory is registered and edu's DMA reaches it.
+/// the first GPU's answer and map. The kernel log names the refused GPU once, for the two
+/// refusals. A refusal is not remembered: allowed again, the second GPU's memory is
+/// registered and edu's DMA reaches it.
 fn gpus_asked_apart() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (v0, _) = gpu.alloc(K64).map_err(errno)?;
@@ -690,6 +704,7 @@ fn gpus_asked_apart() -> TestResult {
     n.reg(v0, K64).map_err(errno)?;
     let (pairs, mapped) = (gstat("dma_gpu_peer_pairs")?, dma_counters()?);
     let refusals = stat("topology_refusals")?;
+    let reported = kernel_log_lines(&format!("does not map {NVSIM_GPU1}'s memory"))?;
     with_debugfs("refuse_peers", "2", "0", || {
         expect_err(
             n.reg(v1, K64),
@@ -710,6 +725,11 @@ fn gpus_asked_apart() -> TestResult {
             (gstat("dma_gpu_peer_pairs")?, dma_counters()?),
             (pairs, mapped),
             "GPU and peer pairs, DMA-mapped pages and holds after the refusals"
+        );
+        check_eq!(
+            kernel_log_lines(&format!("does not map {NVSIM_GPU1}'s memory"))? - reported,
+            1,
+            "kernel log lines naming the refused GPU (once for the GPU and edu)"
         );
         Ok(())
     })?;
