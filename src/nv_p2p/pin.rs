@@ -694,12 +694,7 @@ impl Pinned {
         // allocations fall back to vmalloc).
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
         if !self.env.iovas.allowed(gpu, peer) {
-            if let Err(e) = self.probe(peer) {
-                if e == sys::eopnotsupp() {
-                    self.env.iovas.refused(gpu, peer);
-                }
-                return Err(e);
-            }
+            self.probe(gpu, peer)?;
             self.env.iovas.allow(gpu, peer)?;
         }
         let n = self.range.page_count() as usize;
@@ -785,10 +780,11 @@ impl Pinned {
         }
     }
 
-    /// Asks NVIDIA whether `peer` may reach the table: `dma_map_pages` makes the checks it
-    /// makes for a mapping (the PCIe topology among them), and the mapping it returns is
-    /// checked as any would be ([`Pinned::read_dma_map`]) and given back at once.
-    fn probe(&self, peer: &ARef<pci::Device>) -> Result {
+    /// Asks NVIDIA whether `peer` may reach the table, whose pages are on `gpu`:
+    /// `dma_map_pages` makes the checks it makes for a mapping (the PCIe topology among them;
+    /// its refusal is reported, [`Iovas::refused`]), and the mapping it returns is checked as
+    /// any would be ([`Pinned::read_dma_map`]) and given back at once.
+    fn probe(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) -> Result {
         // Admitted before the phase is checked: should the callback free the table after
         // the check, no pin of ours gets its address until the call below has returned, so
         // the call cannot map another pin's table (crate::gate).
@@ -802,7 +798,14 @@ impl Pinned {
                 let mut s = self.state.lock();
                 mapper.finish(&mut s);
                 // Freed under the call: report it as every later access does.
-                return Err(if s.phase == Phase::Revoked { ENXIO } else { e });
+                if s.phase == Phase::Revoked {
+                    return Err(ENXIO);
+                }
+                drop(s);
+                if e == sys::eopnotsupp() {
+                    self.env.iovas.refused(gpu, peer);
+                }
+                return Err(e);
             }
         };
         let read = self.read_dma_map(map);
