@@ -435,11 +435,8 @@ fn free_waits_for_a_slow_importer() -> TestResult {
         took >= Duration::from_millis(delay),
         "cuMemFree returned after {took:?}, before the importer's {delay} ms stop"
     );
-    let log = std::process::Command::new("dmesg")
-        .output()
-        .map_err(|e| e.to_string())?;
     check!(
-        String::from_utf8_lossy(&log.stdout)
+        crate::helpers::kernel_log()?
             .lines()
             .rev()
             .take(50)

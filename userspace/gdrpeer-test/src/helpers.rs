@@ -168,6 +168,14 @@ pub fn dma_api_resource_mappings(dev: &PciAddress) -> Result<Option<Vec<(u64, u6
     Ok(Some(out))
 }
 
+/// The kernel log as `dmesg` prints it.
+pub fn kernel_log() -> Result<String, String> {
+    let out = std::process::Command::new("dmesg")
+        .output()
+        .map_err(|e| format!("dmesg: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// The PCI address of QEMU's edu device, the DMA peer of these tests.
 pub fn edu() -> Result<PciAddress, String> {
     for entry in std::fs::read_dir("/sys/bus/pci/devices").map_err(|e| e.to_string())? {

@@ -8,7 +8,7 @@ use crate::failnth::{walk, Op, Ready};
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
     all_released, check_dma_kind, check_dma_reaches, dma_api_resource_mappings, edu, eventually,
-    gdrpeer_idle, gstat, iommu_domain, p2pclient_addresses, param, pattern, K64,
+    gdrpeer_idle, gstat, iommu_domain, kernel_log, p2pclient_addresses, param, pattern, K64,
 };
 use crate::proc;
 use gdrpeer::PciAddress;
@@ -539,10 +539,9 @@ fn slow_invalidate_is_reported() -> TestResult {
     let r = debugfs("free", &id.to_string());
     let _ = std::fs::write("/sys/kernel/debug/gdrnic/invalidate_delay_ms", "0");
     r?;
-    let log = Command::new("dmesg").output().map_err(|e| e.to_string())?;
-    let log = String::from_utf8_lossy(&log.stdout);
     check!(
-        log.lines()
+        kernel_log()?
+            .lines()
             .rev()
             .take(50)
             .any(|l| l.contains("invalidate callback took")),
@@ -675,11 +674,7 @@ fn nine_contexts_one_mapping() -> TestResult {
 
 /// Lines of the kernel log that contain `needle`.
 fn kernel_log_lines(needle: &str) -> Result<usize, String> {
-    let log = Command::new("dmesg").output().map_err(|e| e.to_string())?;
-    Ok(String::from_utf8_lossy(&log.stdout)
-        .lines()
-        .filter(|l| l.contains(needle))
-        .count())
+    Ok(kernel_log()?.lines().filter(|l| l.contains(needle)).count())
 }
 
 /// nvsim's second GPU as gdrpeer's log names it: the UUID `nvsim-gpu-1` (zero-padded to 16
@@ -924,10 +919,7 @@ fn planted_dma_after_revocation() -> TestResult {
     kmsg(&format!("expect-reports dmar-fault={at:#x}")).map_err(|e| format!("/dev/kmsg: {e}"))?;
     let read = n.dma_read(at, 64);
     let logged = eventually(5, "the IOMMU's DMA fault in the kernel log", || {
-        let out = Command::new("dmesg")
-            .output()
-            .map_err(|e| format!("dmesg: {e}"))?;
-        Ok(String::from_utf8_lossy(&out.stdout)
+        Ok(kernel_log()?
             .lines()
             .any(|l| l.contains("DMAR: [DMA Read") && l.contains(&fault)))
     });
