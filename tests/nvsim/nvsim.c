@@ -2183,6 +2183,104 @@ out:
 	return ret;
 }
 
+/*
+ * NVSIM_IOCTL_TOUCH's memory: NVSIM_TOUCH_PAGES pages in blocks of 1 MiB,
+ * allocated at the first call and kept until unload.
+ */
+#define NVSIM_TOUCH_ORDER	8
+#define NVSIM_TOUCH_BLOCKS	(NVSIM_TOUCH_PAGES >> NVSIM_TOUCH_ORDER)
+
+static struct page *nvsim_touch_blocks[NVSIM_TOUCH_BLOCKS];
+static bool nvsim_touch_ready;
+static DEFINE_MUTEX(nvsim_touch_lock);
+
+static int nvsim_touch_alloc(void)
+{
+	int i, ret = 0;
+
+	mutex_lock(&nvsim_touch_lock);
+	for (i = 0; i < NVSIM_TOUCH_BLOCKS && !nvsim_touch_ready; i++) {
+		if (nvsim_touch_blocks[i])
+			continue;
+		nvsim_touch_blocks[i] = alloc_pages(GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN,
+						    NVSIM_TOUCH_ORDER);
+		if (!nvsim_touch_blocks[i]) {
+			ret = -ENOMEM;
+			break;
+		}
+	}
+	if (!ret) {
+		/* Pairs with nvsim_ioctl_touch()'s acquire: the blocks are seen set. */
+		smp_store_release(&nvsim_touch_ready, true);
+	}
+	mutex_unlock(&nvsim_touch_lock);
+	return ret;
+}
+
+static void nvsim_touch_free(void)
+{
+	int i;
+
+	for (i = 0; i < NVSIM_TOUCH_BLOCKS; i++)
+		if (nvsim_touch_blocks[i])
+			__free_pages(nvsim_touch_blocks[i], NVSIM_TOUCH_ORDER);
+}
+
+/* The next of the caller's pseudo-random numbers (xorshift32; never 0). */
+static u32 nvsim_touch_next(u32 *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 17;
+	*x ^= *x << 5;
+	return *x;
+}
+
+/* Reads `lines` lines of page `n` of the touch memory, each chosen with `x`. */
+static u64 nvsim_touch_page(u32 n, u32 lines, u32 *x)
+{
+	struct page *block = nvsim_touch_blocks[n >> NVSIM_TOUCH_ORDER];
+	u8 *page = page_address(block + (n & ((1 << NVSIM_TOUCH_ORDER) - 1)));
+	u32 per_page = PAGE_SIZE / L1_CACHE_BYTES;
+	u64 sum = 0;
+	u32 i;
+
+	for (i = 0; i < lines; i++) {
+		u32 line = nvsim_touch_next(x) % per_page;
+
+		sum += READ_ONCE(*(u64 *)(page + line * L1_CACHE_BYTES));
+	}
+	return sum;
+}
+
+static int nvsim_ioctl_touch(void __user *uarg)
+{
+	u32 per_page = PAGE_SIZE / L1_CACHE_BYTES;
+	struct nvsim_touch_args t;
+	u32 i, x;
+	int ret;
+
+	if (copy_from_user(&t, uarg, sizeof(t)))
+		return -EFAULT;
+	if (t.cold > NVSIM_TOUCH_MAX || t.hot > NVSIM_TOUCH_MAX || !t.lines || t.lines > per_page)
+		return -EINVAL;
+	x = t.seed ?: 1;
+	/* Pairs with nvsim_touch_alloc()'s release. */
+	if (!smp_load_acquire(&nvsim_touch_ready)) {
+		ret = nvsim_touch_alloc();
+		if (ret)
+			return ret;
+	}
+	t.sum = 0;
+	for (i = 0; i < t.cold + t.hot; i++) {
+		u32 n = nvsim_touch_next(&x) % (i < t.cold ? NVSIM_TOUCH_PAGES : 2);
+
+		t.sum += nvsim_touch_page(n, t.lines, &x);
+	}
+	if (copy_to_user(uarg, &t, sizeof(t)))
+		return -EFAULT;
+	return 0;
+}
+
 static long nvsim_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct nvsim_file *f = file->private_data;
@@ -2209,6 +2307,8 @@ static long nvsim_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return nvsim_ioctl_vmm_map(f, uarg);
 	case NVSIM_IOCTL_VMM_UNMAP:
 		return nvsim_ioctl_vmm_unmap(f, uarg);
+	case NVSIM_IOCTL_TOUCH:
+		return nvsim_ioctl_touch(uarg);
 	default:
 		return -ENOTTY;
 	}
@@ -2835,6 +2935,7 @@ static void __exit nvsim_exit(void)
 	destroy_workqueue(nvsim_wq);
 	pci_unregister_driver(&nvsim_driver);
 	nvsim_pools_destroy();
+	nvsim_touch_free();
 	kmem_cache_destroy(nvsim_page_cache);
 }
 

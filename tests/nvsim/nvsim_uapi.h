@@ -90,4 +90,27 @@ struct nvsim_vmm_range_args {
 #define NVSIM_IOCTL_VMM_MAP		_IOWR(NVSIM_IOCTL_MAGIC, 9, struct nvsim_vmm_map_args)
 #define NVSIM_IOCTL_VMM_UNMAP		_IOW(NVSIM_IOCTL_MAGIC, 10, struct nvsim_vmm_range_args)
 
+/*
+ * The benchmark's measure of the machine, not of a GPU: reads `lines` cache
+ * lines (each at random, as a search reads them) of each of `cold` pages among
+ * NVSIM_TOUCH_PAGES pages of kernel memory, then of `hot` pages chosen among
+ * the first two of them, in one system call. The same call with cold pages
+ * and with hot ones differ by what reading a page that no recent call read
+ * costs here (a cache hit among many regions reads such pages). The choices
+ * come from `seed` (xorshift32), not from the kernel's random numbers, which
+ * cost more than the reads in a guest whose generator is not seeded yet.
+ */
+struct nvsim_touch_args {
+	__u32 cold;		/* in: at most NVSIM_TOUCH_MAX */
+	__u32 hot;		/* in: at most NVSIM_TOUCH_MAX */
+	__u32 lines;		/* in: 1 to 64 */
+	__u32 seed;		/* in: any value */
+	__u64 sum;		/* out: of the words read (they are read, not skipped) */
+};
+
+#define NVSIM_TOUCH_PAGES	4096	/* 16 MiB: the regions of 65,536 cached 64 KiB pins */
+#define NVSIM_TOUCH_MAX		16
+
+#define NVSIM_IOCTL_TOUCH		_IOWR(NVSIM_IOCTL_MAGIC, 11, struct nvsim_touch_args)
+
 #endif /* _UAPI_NVSIM_H_ */

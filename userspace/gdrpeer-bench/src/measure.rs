@@ -265,9 +265,27 @@ pub fn pin_unpin(dev: &Device, va: u64, len: u64, flags: PinFlags) -> Result<Dur
     .1)
 }
 
+/// The cached 64 KiB regions of a scaling measurement, the `i`-th at page `i % chunk_pages`
+/// of chunk `i / chunk_pages`. Their addresses are computed, not kept in an array: between
+/// two hits the benchmark then reads no memory of its own that grows with the cache (an
+/// array of 65,536 addresses is 512 KiB, a cold page at each random hit, and under TCG each
+/// cold page also evicts the emulator's entries for the pages the next hit's path reads).
+#[derive(Clone, Copy)]
+struct Regions<'a> {
+    chunks: &'a [u64],
+    chunk_pages: u64,
+    len: u64,
+}
+
+impl Regions<'_> {
+    fn va(&self, i: u64) -> u64 {
+        self.chunks[(i / self.chunk_pages) as usize] + (i % self.chunk_pages) * K64
+    }
+}
+
 /// A PIN of a random one of `regions` (cached in `dev`): a hit, its UNPIN untimed.
-fn random_hit(dev: &Device, regions: &[u64], rng: &mut fastrand::Rng) -> Result<Duration, String> {
-    let va = regions[rng.usize(..regions.len())];
+fn random_hit(dev: &Device, regions: Regions, rng: &mut fastrand::Rng) -> Result<Duration, String> {
+    let va = regions.va(rng.u64(..regions.len));
     let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
     g(dev.unpin(p.handle), "unpin")?;
     Ok(t)
@@ -291,6 +309,20 @@ fn buffer(dev: &Device, cuda: &Cuda, pinned: bool) -> Result<u64, String> {
         g(dev.unpin(p.handle), "unpin")?;
     }
     Ok(b)
+}
+
+/// nvsim's TOUCH of `cold` pages chosen among 16 MiB and `hot` among two, a cache line of
+/// each: P4's floor on this machine (what the pages a hit among many regions reads, and a hit
+/// among few does not, cost however little of each it reads).
+fn timed_touch(
+    gpu: &nvsim::Gpu,
+    cold: u32,
+    hot: u32,
+    rng: &mut fastrand::Rng,
+) -> Result<Duration, String> {
+    let seed = rng.u32(..);
+    let touch = || gpu.touch(cold, hot, 1, seed);
+    Ok(timed(|| touch().map_err(|e| format!("nvsim TOUCH: {e}")))?.1)
 }
 
 /// `cuMemFree` of a 64 KiB buffer pinned in `dev` (an invalidation), or of one nobody pinned.
@@ -324,35 +356,76 @@ fn scaling_interleaved(
     dev: &Device,
     cuda: &Cuda,
     cfg: &Config,
-    regions: &[u64],
+    regions: Regions,
     small: u64,
 ) -> Result<Vec<Interleaved>, String> {
     let other = g(Device::open_default(), "open")?;
-    let buf = c(cuda.mem_alloc((small * K64) as usize))?;
-    let few: Vec<u64> = (0..small).map(|i| buf + i * K64).collect();
-    for &va in &few {
-        let p = g(other.pin(va, K64, PinFlags::empty()), "pin")?;
+    let buf = [c(cuda.mem_alloc((small * K64) as usize))?];
+    let few = Regions {
+        chunks: &buf,
+        chunk_pages: small.max(1),
+        len: small,
+    };
+    for i in 0..small {
+        let p = g(other.pin(few.va(i), K64, PinFlags::empty()), "pin")?;
         g(other.unpin(p.handle), "unpin")?;
     }
     let (mut many_rng, mut few_rng) = (
         fastrand::Rng::with_seed(cfg.seed + 1),
         fastrand::Rng::with_seed(cfg.seed + 2),
     );
+    let gpu = nvsim::Gpu::open().map_err(|e| format!("/dev/nvsim: {e}"))?;
+    let [mut hot_rng, mut cold_rng, mut one_rng, mut hot_hit_rng, mut cold_hit_rng] =
+        [3, 4, 5, 6, 7].map(|n| fastrand::Rng::with_seed(cfg.seed + n));
+    // A TOUCH, then a hit at the smallest size, both timed: what the touched pages cost the
+    // hit that follows them, besides their own reads.
+    let touch_then_hit = |cold, hot, rng: &mut fastrand::Rng| -> Result<Duration, String> {
+        let touch = timed_touch(&gpu, cold, hot, rng)?;
+        Ok(touch + random_hit(&other, few, rng)?)
+    };
     let block = cfg.reps / ROUNDS;
     let p4 = interleave::measure(
         "P4",
-        "hits at the largest cache size and at the smallest (a second context)",
+        "hits at the largest cache size and at the smallest (a second context), and what \
+         pages no recent call read cost here (nvsim's TOUCH)",
         vec![
             Step::new("hit_largest", "hit, largest cache", block, || {
                 random_hit(dev, regions, &mut many_rng)
             }),
             Step::new("hit_smallest", "hit, smallest cache", block, || {
-                random_hit(&other, &few, &mut few_rng)
+                random_hit(&other, few, &mut few_rng)
             }),
+            Step::new("touch_hot", "TOUCH of 2 hot pages", block, || {
+                timed_touch(&gpu, 0, 2, &mut hot_rng)
+            }),
+            Step::new(
+                "touch_cold",
+                "TOUCH of 2 cold pages of 16 MiB",
+                block,
+                || timed_touch(&gpu, 2, 0, &mut cold_rng),
+            ),
+            Step::new(
+                "touch_cold_one",
+                "TOUCH of 1 cold page and 1 hot",
+                block,
+                || timed_touch(&gpu, 1, 1, &mut one_rng),
+            ),
+            Step::new(
+                "hot_then_hit",
+                "TOUCH of 2 hot pages, then a hit at the smallest size",
+                block,
+                || touch_then_hit(0, 2, &mut hot_hit_rng),
+            ),
+            Step::new(
+                "cold_then_hit",
+                "TOUCH of 2 cold pages, then a hit at the smallest size",
+                block,
+                || touch_then_hit(2, 0, &mut cold_hit_rng),
+            ),
         ],
         interleave::quotient,
     )?;
-    for (ctx, n) in [(dev, regions.len() as u64), (&other, small)] {
+    for (ctx, n) in [(dev, regions.len), (&other, small)] {
         let cached = g(ctx.stats(), "stats")?.file.regions;
         if cached != n {
             return Err(format!(
@@ -361,7 +434,7 @@ fn scaling_interleaved(
         }
     }
     drop(other);
-    c(cuda.mem_free(buf))?;
+    c(cuda.mem_free(buf[0]))?;
     let block = cfg.slow_reps / ROUNDS;
     let p5 = interleave::measure(
         "P5",
@@ -413,16 +486,21 @@ fn scaling(
     let chunks = (0..largest.div_ceil(chunk_pages))
         .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
         .collect::<Result<Vec<u64>, String>>()?;
-    let mut regions: Vec<u64> = Vec::new();
+    let mut regions = Regions {
+        chunks: &chunks,
+        chunk_pages,
+        len: 0,
+    };
     let mut points = Vec::new();
     let slab_empty = meminfo("Slab")?;
     for &n in &sizes {
-        while (regions.len() as u64) < n {
-            let i = regions.len() as u64;
-            let va = chunks[(i / chunk_pages) as usize] + (i % chunk_pages) * K64;
-            let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
+        while regions.len < n {
+            let p = g(
+                dev.pin(regions.va(regions.len), K64, PinFlags::empty()),
+                "pin",
+            )?;
             g(dev.unpin(p.handle), "unpin")?;
-            regions.push(va);
+            regions.len += 1;
         }
         let slab = meminfo("Slab")?;
         let own = own_per_region();
@@ -430,7 +508,7 @@ fn scaling(
         if cached != n {
             return Err(format!("{cached} regions cached, expected {n}"));
         }
-        let hit = series(cfg.reps, || random_hit(dev, &regions, &mut rng))?;
+        let hit = series(cfg.reps, || random_hit(dev, regions, &mut rng))?;
         let invalidate = series(cfg.slow_reps, || timed_free(dev, cuda, true))?;
         let free_unpinned = series(cfg.slow_reps, || timed_free(dev, cuda, false))?;
         let p = Point {
@@ -449,9 +527,10 @@ fn scaling(
         points.push(p);
     }
     if let [smallest, _, ..] = sizes[..] {
-        interleaved.extend(scaling_interleaved(dev, cuda, cfg, &regions, smallest)?);
+        interleaved.extend(scaling_interleaved(dev, cuda, cfg, regions, smallest)?);
     }
-    Ok((points, chunks, regions.len() as u64))
+    let cached = regions.len;
+    Ok((points, chunks, cached))
 }
 
 /// The run-time checkers of the running kernel that slow down what is measured.

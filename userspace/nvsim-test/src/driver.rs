@@ -354,6 +354,58 @@ pub fn force_bar1_table_cannot_be_dma_mapped() -> TestResult {
 /// GPU's UUID (two tables of one GPU carry the same bytes), and QUERY says whose it is.
 /// `refuse_peers` is the driver's PCIe topology check: `dma_map_pages` of a refused GPU's
 /// table fails with -ENOTSUPP for every peer, while the other GPU's tables map.
+/// The benchmark's TOUCH (P4's floor): every argument beyond its bounds is refused with
+/// -EINVAL, and the bounds themselves read zeroed memory (KASAN checks the reads).
+pub fn touch_bounds() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let ok = nvsim::TouchArgs {
+        cold: nvsim::TOUCH_MAX,
+        hot: nvsim::TOUCH_MAX,
+        lines: 64,
+        ..Default::default()
+    };
+    let bad = [
+        (
+            "cold",
+            nvsim::TouchArgs {
+                cold: nvsim::TOUCH_MAX + 1,
+                ..ok
+            },
+        ),
+        (
+            "hot",
+            nvsim::TouchArgs {
+                hot: nvsim::TOUCH_MAX + 1,
+                ..ok
+            },
+        ),
+        ("no lines", nvsim::TouchArgs { lines: 0, ..ok }),
+        ("65 lines", nvsim::TouchArgs { lines: 65, ..ok }),
+    ];
+    for (what, args) in bad {
+        check_eq!(
+            gpu.touch_args(args)
+                .map(|t| t.sum)
+                .map_err(|e| e.raw_os_error()),
+            Err(-EINVAL),
+            format!("TOUCH with {what}")
+        );
+    }
+    check_eq!(
+        gpu.touch_args(nvsim::TouchArgs { sum: 7, ..ok })
+            .map(|t| t.sum)
+            .map_err(|e| e.raw_os_error()),
+        Ok(0),
+        "TOUCH at its bounds: the sum of zeroed memory"
+    );
+    check_eq!(
+        gpu.touch(0, 0, 1, 0).map_err(|e| e.raw_os_error()),
+        Ok(0),
+        "TOUCH of no page"
+    );
+    Ok(())
+}
+
 pub fn two_gpus_and_the_topology_check() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (v0, _) = gpu.alloc(K64).map_err(errno)?;

@@ -556,6 +556,7 @@ const TESTS: &[Test] = &[
         "nvsim-two-gpus-and-the-topology-check",
         driver::two_gpus_and_the_topology_check,
     ),
+    ("nvsim-touch-bounds", driver::touch_bounds),
     (
         "nvsim-free-between-the-two-pin-steps-fails-the-pin",
         driver::free_between_the_two_pin_steps_fails_the_pin,

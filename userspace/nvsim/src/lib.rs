@@ -94,6 +94,22 @@ pub struct VmmRangeArgs {
 }
 
 /// `struct nvsim_sync_memops_args`.
+/// `NVSIM_IOCTL_TOUCH`'s arguments ([`Gpu::touch`]).
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct TouchArgs {
+    pub cold: u32,
+    pub hot: u32,
+    pub lines: u32,
+    pub seed: u32,
+    pub sum: u64,
+}
+
+/// The pages [`Gpu::touch`]'s cold pages are chosen among (16 MiB).
+pub const TOUCH_PAGES: u32 = 4096;
+/// Cold or hot pages in one [`Gpu::touch`] at most.
+pub const TOUCH_MAX: u32 = 16;
+
 #[repr(C)]
 #[derive(Default, Debug, Clone, Copy)]
 pub struct SyncMemopsArgs {
@@ -113,6 +129,7 @@ const VMM_CREATE: ioctl::Opcode = ioctl::opcode::read_write::<VmmCreateArgs>(MAG
 const VMM_RELEASE: ioctl::Opcode = ioctl::opcode::write::<u64>(MAGIC, 8);
 const VMM_MAP: ioctl::Opcode = ioctl::opcode::read_write::<VmmMapArgs>(MAGIC, 9);
 const VMM_UNMAP: ioctl::Opcode = ioctl::opcode::write::<VmmRangeArgs>(MAGIC, 10);
+const TOUCH: ioctl::Opcode = ioctl::opcode::read_write::<TouchArgs>(MAGIC, 11);
 
 /// An open `/dev/nvsim`: closing it frees its allocations.
 pub struct Gpu {
@@ -146,6 +163,28 @@ impl Gpu {
     pub fn free(&self, va: u64) -> Result<(), Errno> {
         // SAFETY: FREE reads one u64.
         unsafe { ioctl::ioctl(&self.fd, ioctl::Setter::<FREE, u64>::new(va)) }
+    }
+
+    /// Reads `lines` cache lines of each of `cold` pages chosen among [`TOUCH_PAGES`] pages
+    /// of kernel memory, then of `hot` pages chosen among two of them, in one system call
+    /// (`NVSIM_IOCTL_TOUCH`: what reading memory no recent call read costs on this machine);
+    /// the pages and lines are drawn from `seed`. The sum of the words read.
+    pub fn touch(&self, cold: u32, hot: u32, lines: u32, seed: u32) -> Result<u64, Errno> {
+        let t = TouchArgs {
+            cold,
+            hot,
+            lines,
+            seed,
+            sum: 0,
+        };
+        Ok(self.touch_args(t)?.sum)
+    }
+
+    /// [`Gpu::touch`] with its arguments in nvsim's layout.
+    pub fn touch_args(&self, mut t: TouchArgs) -> Result<TouchArgs, Errno> {
+        // SAFETY: TOUCH reads and writes one `TouchArgs`.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::Updater::<TOUCH, TouchArgs>::new(&mut t)) }?;
+        Ok(t)
     }
 
     pub fn query(&self, va: u64) -> Result<QueryArgs, Errno> {
