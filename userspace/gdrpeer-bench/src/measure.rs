@@ -271,21 +271,26 @@ pub fn pin_unpin(dev: &Device, va: u64, len: u64, flags: PinFlags) -> Result<Dur
 /// array of 65,536 addresses is 512 KiB, a cold page at each random hit, and under TCG each
 /// cold page also evicts the emulator's entries for the pages the next hit's path reads).
 #[derive(Clone, Copy)]
-struct Regions<'a> {
-    chunks: &'a [u64],
-    chunk_pages: u64,
-    len: u64,
+pub struct Regions<'a> {
+    pub chunks: &'a [u64],
+    pub chunk_pages: u64,
+    pub len: u64,
 }
 
 impl Regions<'_> {
-    fn va(&self, i: u64) -> u64 {
+    pub fn va(&self, i: u64) -> u64 {
         self.chunks[(i / self.chunk_pages) as usize] + (i % self.chunk_pages) * K64
+    }
+
+    /// The address of a random one of them.
+    pub fn random(&self, rng: &mut fastrand::Rng) -> u64 {
+        self.va(rng.u64(..self.len))
     }
 }
 
 /// A PIN of a random one of `regions` (cached in `dev`): a hit, its UNPIN untimed.
 fn random_hit(dev: &Device, regions: Regions, rng: &mut fastrand::Rng) -> Result<Duration, String> {
-    let va = regions.va(rng.u64(..regions.len));
+    let va = regions.random(rng);
     let (p, t) = timed(|| g(dev.pin(va, K64, PinFlags::empty()), "pin"))?;
     g(dev.unpin(p.handle), "unpin")?;
     Ok(t)

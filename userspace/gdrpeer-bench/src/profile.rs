@@ -4,7 +4,7 @@
 //! it under `perf record` in the benchmark guest). Prints the mean time per repetition.
 
 use crate::dmabuf::KAPI_LOOP;
-use crate::measure::{c, g, Failure};
+use crate::measure::{c, g, Failure, Regions};
 use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
 use nvsim::gdrnic::Nic;
 use std::io::{BufRead, BufReader, Write};
@@ -111,16 +111,21 @@ pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<
         }
         _ => None,
     };
-    let (chunks, regions) = match op {
-        LoopOp::HitMany => cached_regions(&dev, &cuda, MANY)?,
-        LoopOp::HitFew => cached_regions(&dev, &cuda, FEW)?,
-        _ => (Vec::new(), Vec::new()),
+    let (n, (chunks, chunk_pages)) = match op {
+        LoopOp::HitMany => (MANY, cached_regions(&dev, &cuda, MANY)?),
+        LoopOp::HitFew => (FEW, cached_regions(&dev, &cuda, FEW)?),
+        _ => (0, (Vec::new(), 1)),
+    };
+    let regions = Regions {
+        chunks: &chunks,
+        chunk_pages,
+        len: n,
     };
     let mut rng = fastrand::Rng::with_seed(SEED);
     let mut once = || -> Result<(), String> {
         match op {
             LoopOp::HitMany | LoopOp::HitFew => {
-                let va = regions[rng.usize(..regions.len())];
+                let va = regions.random(&mut rng);
                 let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
                 g(dev.unpin(p.handle), "unpin")
             }
@@ -192,18 +197,21 @@ pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<
 }
 
 /// `n` 64 KiB regions pinned and unpinned in `dev`, so cached there: the allocations made
-/// for them (to free at the end) and the regions' addresses.
-fn cached_regions(dev: &Device, cuda: &Cuda, n: u64) -> Result<(Vec<u64>, Vec<u64>), Failure> {
-    let chunk_pages = n.min(crate::measure::CHUNK_PAGES);
+/// for them (to free at the end) and how many pages of each the regions take
+/// ([`Regions`]: their addresses are computed, as `make bench` computes them).
+fn cached_regions(dev: &Device, cuda: &Cuda, n: u64) -> Result<(Vec<u64>, u64), Failure> {
+    let chunk_pages = n.clamp(1, crate::measure::CHUNK_PAGES);
     let chunks = (0..n.div_ceil(chunk_pages))
         .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
         .collect::<Result<Vec<u64>, String>>()?;
-    let regions: Vec<u64> = (0..n)
-        .map(|i| chunks[(i / chunk_pages) as usize] + (i % chunk_pages) * K64)
-        .collect();
-    for &va in &regions {
-        let p = g(dev.pin(va, K64, PinFlags::empty()), "pin")?;
+    let regions = Regions {
+        chunks: &chunks,
+        chunk_pages,
+        len: n,
+    };
+    for i in 0..n {
+        let p = g(dev.pin(regions.va(i), K64, PinFlags::empty()), "pin")?;
         g(dev.unpin(p.handle), "unpin")?;
     }
-    Ok((chunks, regions))
+    Ok((chunks, chunk_pages))
 }
