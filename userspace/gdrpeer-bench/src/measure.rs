@@ -286,6 +286,26 @@ impl Regions<'_> {
     pub fn random(&self, rng: &mut fastrand::Rng) -> u64 {
         self.va(rng.u64(..self.len))
     }
+
+    /// Pins and unpins the next regions in `dev` until `n` of them are cached there.
+    pub fn fill(&mut self, dev: &Device, n: u64) -> Result<(), String> {
+        while self.len < n {
+            let p = g(dev.pin(self.va(self.len), K64, PinFlags::empty()), "pin")?;
+            g(dev.unpin(p.handle), "unpin")?;
+            self.len += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The CUDA allocations that hold `n` 64 KiB regions, in chunks of at most [`CHUNK_PAGES`]
+/// pages: the chunks and their pages each (a [`Regions`]' layout).
+pub fn region_chunks(cuda: &Cuda, n: u64) -> Result<(Vec<u64>, u64), String> {
+    let chunk_pages = n.clamp(1, CHUNK_PAGES);
+    let chunks = (0..n.div_ceil(chunk_pages))
+        .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
+        .collect::<Result<Vec<u64>, String>>()?;
+    Ok((chunks, chunk_pages))
 }
 
 /// A PIN of a random one of `regions` (cached in `dev`): a hit, its UNPIN untimed.
@@ -365,16 +385,13 @@ fn scaling_interleaved(
     small: u64,
 ) -> Result<Vec<Interleaved>, String> {
     let other = g(Device::open_default(), "open")?;
-    let buf = [c(cuda.mem_alloc((small * K64) as usize))?];
-    let few = Regions {
+    let (buf, chunk_pages) = region_chunks(cuda, small)?;
+    let mut few = Regions {
         chunks: &buf,
-        chunk_pages: small.max(1),
-        len: small,
+        chunk_pages,
+        len: 0,
     };
-    for i in 0..small {
-        let p = g(other.pin(few.va(i), K64, PinFlags::empty()), "pin")?;
-        g(other.unpin(p.handle), "unpin")?;
-    }
+    few.fill(&other, small)?;
     let (mut many_rng, mut few_rng) = (
         fastrand::Rng::with_seed(cfg.seed + 1),
         fastrand::Rng::with_seed(cfg.seed + 2),
@@ -439,7 +456,9 @@ fn scaling_interleaved(
         }
     }
     drop(other);
-    c(cuda.mem_free(buf[0]))?;
+    for chunk in buf {
+        c(cuda.mem_free(chunk))?;
+    }
     let block = cfg.slow_reps / ROUNDS;
     let p5 = interleave::measure(
         "P5",
@@ -487,10 +506,7 @@ fn scaling(
     }
     // The allocations come first, so that the slab growth measured is the regions'.
     let largest = sizes.last().copied().unwrap_or(0);
-    let chunk_pages = largest.clamp(1, CHUNK_PAGES);
-    let chunks = (0..largest.div_ceil(chunk_pages))
-        .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
-        .collect::<Result<Vec<u64>, String>>()?;
+    let (chunks, chunk_pages) = region_chunks(cuda, largest)?;
     let mut regions = Regions {
         chunks: &chunks,
         chunk_pages,
@@ -499,14 +515,7 @@ fn scaling(
     let mut points = Vec::new();
     let slab_empty = meminfo("Slab")?;
     for &n in &sizes {
-        while regions.len < n {
-            let p = g(
-                dev.pin(regions.va(regions.len), K64, PinFlags::empty()),
-                "pin",
-            )?;
-            g(dev.unpin(p.handle), "unpin")?;
-            regions.len += 1;
-        }
+        regions.fill(dev, n)?;
         let slab = meminfo("Slab")?;
         let own = own_per_region();
         let cached = g(dev.stats(), "stats")?.file.regions;

@@ -4,7 +4,7 @@
 //! it under `perf record` in the benchmark guest). Prints the mean time per repetition.
 
 use crate::dmabuf::KAPI_LOOP;
-use crate::measure::{c, g, Failure, Regions};
+use crate::measure::{c, g, region_chunks, Failure, Regions};
 use gdrpeer::{cuda::Cuda, gdrdrv::Gdrdrv, Device, PinFlags};
 use nvsim::gdrnic::Nic;
 use std::io::{BufRead, BufReader, Write};
@@ -111,16 +111,20 @@ pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<
         }
         _ => None,
     };
-    let (n, (chunks, chunk_pages)) = match op {
-        LoopOp::HitMany => (MANY, cached_regions(&dev, &cuda, MANY)?),
-        LoopOp::HitFew => (FEW, cached_regions(&dev, &cuda, FEW)?),
-        _ => (0, (Vec::new(), 1)),
+    // The regions the hit loops pin, cached first ([`Regions`]: their addresses are
+    // computed, as `make bench` computes them).
+    let n = match op {
+        LoopOp::HitMany => MANY,
+        LoopOp::HitFew => FEW,
+        _ => 0,
     };
-    let regions = Regions {
+    let (chunks, chunk_pages) = region_chunks(&cuda, n)?;
+    let mut regions = Regions {
         chunks: &chunks,
         chunk_pages,
-        len: n,
+        len: 0,
     };
+    regions.fill(&dev, n)?;
     let mut rng = fastrand::Rng::with_seed(SEED);
     let mut once = || -> Result<(), String> {
         match op {
@@ -194,24 +198,4 @@ pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<
     }
     c(cuda.mem_free(buf))?;
     Ok(())
-}
-
-/// `n` 64 KiB regions pinned and unpinned in `dev`, so cached there: the allocations made
-/// for them (to free at the end) and how many pages of each the regions take
-/// ([`Regions`]: their addresses are computed, as `make bench` computes them).
-fn cached_regions(dev: &Device, cuda: &Cuda, n: u64) -> Result<(Vec<u64>, u64), Failure> {
-    let chunk_pages = n.clamp(1, crate::measure::CHUNK_PAGES);
-    let chunks = (0..n.div_ceil(chunk_pages))
-        .map(|_| c(cuda.mem_alloc((chunk_pages * K64) as usize)))
-        .collect::<Result<Vec<u64>, String>>()?;
-    let regions = Regions {
-        chunks: &chunks,
-        chunk_pages,
-        len: n,
-    };
-    for i in 0..n {
-        let p = g(dev.pin(regions.va(i), K64, PinFlags::empty()), "pin")?;
-        g(dev.unpin(p.handle), "unpin")?;
-    }
-    Ok((chunks, chunk_pages))
 }
