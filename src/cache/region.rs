@@ -134,6 +134,12 @@ impl PinOwner for Region {
     fn invalidate(&self) {
         let (first, list) = {
             let mut n = self.notifiers.lock();
+            if n.first.is_none() && n.list.is_empty() {
+                // Nothing to call, so nothing for a removal to wait for (a cached region
+                // that nobody uses): `running` stays false. A notifier added from here on
+                // sees the pin revoked and takes itself out ([`Region::add_watcher`]).
+                return;
+            }
             n.running = true;
             (n.first.take(), core::mem::take(&mut n.list))
         };

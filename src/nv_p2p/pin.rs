@@ -980,20 +980,25 @@ impl Pinned {
     /// under NVIDIA's global lock.
     fn revoke<T: PinOwner>(owner: &T) {
         let this = owner.pinned();
-        {
+        let (readers, mapped) = {
             let mut s = this.state.lock();
             s.phase = Phase::Revoked;
             // No access can be taken from here on; those held keep their own copy.
             s.table = None;
-        }
+            // Nor is a mapping added (`dma_map` inserts only while `Valid`).
+            (s.users, !s.maps.is_empty())
+        };
         // No reader is left once this returns, and none can come (the phase is Revoked): a
         // fault inserting a page-table entry ([`Pinned::with_bus_address`]) is done before
-        // the owner zaps the CPU mappings, so none survives the zap.
-        this.wait_for_users();
+        // the owner zaps the CPU mappings, so none survives the zap. Where none held access
+        // as the phase changed, none can hold it now.
+        if readers > 0 {
+            this.wait_for_users();
+        }
         // Peers and CPU mappings stop using the addresses before the mappings and the table
         // go.
         owner.invalidate();
-        this.free_revoked();
+        this.free_revoked(mapped);
     }
 
     /// Waits for the readers of a revoked pin to leave.
@@ -1026,14 +1031,17 @@ impl Pinned {
     /// ([`Pinned::wait_for_users`]) and whose peers were told to stop ([`PinOwner::invalidate`]):
     /// no peer's mapping of its pages outlives the callback. gdrpeer keeps none of NVIDIA's
     /// DMA mappings (a probe's is given back, or freed by NVIDIA with the table), so there is
-    /// none for `nvidia_p2p_free_dma_mapping`.
-    fn free_revoked(&self) {
-        let maps = {
-            let mut s = self.state.lock();
-            // Nobody takes access once the phase is Revoked: `users` stays 0.
-            core::mem::take(&mut s.maps)
-        };
-        PeerMap::unmap_all(maps, &self.env.iovas);
+    /// none for `nvidia_p2p_free_dma_mapping`. `mapped` says whether the pin had mappings
+    /// when it was revoked (none is added after).
+    fn free_revoked(&self, mapped: bool) {
+        if mapped {
+            let maps = {
+                let mut s = self.state.lock();
+                // Nobody takes access once the phase is Revoked: `users` stays 0.
+                core::mem::take(&mut s.maps)
+            };
+            PeerMap::unmap_all(maps, &self.env.iovas);
+        }
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
         unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
