@@ -272,12 +272,22 @@ pub fn pin_unpin(dev: &Device, va: u64, len: u64, flags: PinFlags) -> Result<Dur
 /// cold page also evicts the emulator's entries for the pages the next hit's path reads).
 #[derive(Clone, Copy)]
 pub struct Regions<'a> {
-    pub chunks: &'a [u64],
-    pub chunk_pages: u64,
-    pub len: u64,
+    chunks: &'a [u64],
+    chunk_pages: u64,
+    /// How many are cached ([`Regions::fill`]).
+    len: u64,
 }
 
-impl Regions<'_> {
+impl<'a> Regions<'a> {
+    /// None yet, in `chunks` of `chunk_pages` pages each (as [`region_chunks`] makes them).
+    pub fn new(chunks: &'a [u64], chunk_pages: u64) -> Self {
+        Regions {
+            chunks,
+            chunk_pages,
+            len: 0,
+        }
+    }
+
     pub fn va(&self, i: u64) -> u64 {
         self.chunks[(i / self.chunk_pages) as usize] + (i % self.chunk_pages) * K64
     }
@@ -386,11 +396,7 @@ fn scaling_interleaved(
 ) -> Result<Vec<Interleaved>, String> {
     let other = g(Device::open_default(), "open")?;
     let (buf, chunk_pages) = region_chunks(cuda, small)?;
-    let mut few = Regions {
-        chunks: &buf,
-        chunk_pages,
-        len: 0,
-    };
+    let mut few = Regions::new(&buf, chunk_pages);
     few.fill(&other, small)?;
     let (mut many_rng, mut few_rng) = (
         fastrand::Rng::with_seed(cfg.seed + 1),
@@ -507,11 +513,7 @@ fn scaling(
     // The allocations come first, so that the slab growth measured is the regions'.
     let largest = sizes.last().copied().unwrap_or(0);
     let (chunks, chunk_pages) = region_chunks(cuda, largest)?;
-    let mut regions = Regions {
-        chunks: &chunks,
-        chunk_pages,
-        len: 0,
-    };
+    let mut regions = Regions::new(&chunks, chunk_pages);
     let mut points = Vec::new();
     let slab_empty = meminfo("Slab")?;
     for &n in &sizes {

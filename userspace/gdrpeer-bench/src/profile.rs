@@ -119,11 +119,7 @@ pub fn run(op: LoopOp, reps: usize, perf_control: Option<&[PathBuf]>) -> Result<
         _ => 0,
     };
     let (chunks, chunk_pages) = region_chunks(&cuda, n)?;
-    let mut regions = Regions {
-        chunks: &chunks,
-        chunk_pages,
-        len: 0,
-    };
+    let mut regions = Regions::new(&chunks, chunk_pages);
     regions.fill(&dev, n)?;
     let mut rng = fastrand::Rng::with_seed(SEED);
     let mut once = || -> Result<(), String> {
