@@ -1244,4 +1244,34 @@ mod tests {
             );
         }
     }
+
+    /// The semantics libcuda-sim is held to are not one GPU model's: an H200 answered every
+    /// item as the H100 did, except the attributes that name the hardware.
+    #[test]
+    fn the_h200_record_differs_from_the_h100_in_the_hardware_alone() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/cuda-trace/");
+        let read = |f: &str| parse(&std::fs::read_to_string(format!("{root}{f}")).unwrap());
+        let (h100, h200) = (read("h100-580.159.04.txt"), read("h200-580.159.04.txt"));
+        assert_eq!(
+            h100.keys().collect::<Vec<_>>(),
+            h200.keys().collect::<Vec<_>>()
+        );
+        let differing: Vec<&str> = h100
+            .iter()
+            .filter(|(k, v)| h200[*k] != **v)
+            .map(|(k, _)| k.as_str())
+            .collect();
+        // Name, memory clock, bus width, L2 size, persisting L2 limit, PCI device and
+        // subsystem IDs.
+        let hardware = [
+            "attributes.108",
+            "attributes.139",
+            "attributes.140",
+            "attributes.36",
+            "attributes.37",
+            "attributes.38",
+            "init.device-name",
+        ];
+        assert_eq!(differing, hardware);
+    }
 }
