@@ -7,8 +7,8 @@
  * pgoff and address sit in an anonymous const struct of struct vm_fault whose
  * generated Rust name depends on the layout, sg_dma_len() names a field that
  * exists only with CONFIG_NEED_SG_DMA_LENGTH, arch_io_reserve_memtype_wc() is
- * a static inline where the architecture keeps no memory types, and so is
- * dma_mapping_error().
+ * a static inline where the architecture keeps no memory types, and so are
+ * dma_mapping_error() and device_is_registered().
  */
 #include <linux/dma-mapping.h>
 #include <linux/io.h>
@@ -63,6 +63,11 @@ void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int le
 int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr)
 {
 	return dma_mapping_error(dev, addr);
+}
+
+bool gdrpeer_device_is_registered(struct device *dev)
+{
+	return device_is_registered(dev);
 }
 
 /*

@@ -42,6 +42,12 @@ void gdrpeer_sg_set_dma(struct scatterlist *sg, dma_addr_t addr, unsigned int le
 int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr);
 
 /*
+ * device_is_registered(), a static inline: false once the device was removed
+ * from the system (device_del()), though a reference still keeps its memory.
+ */
+bool gdrpeer_device_is_registered(struct device *dev);
+
+/*
  * The lockdep class that stands for NVIDIA's lock (src/notify.rs): taken
  * around a notifier called from the free callback (a peer driver's invalidate
  * callback, the invalidation of dma-buf importers), and touched where a caller

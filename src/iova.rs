@@ -81,7 +81,9 @@ pub(crate) struct Iovas {
 struct IovaState {
     pages: RBTree<(usize, u64), Entry>,
     /// The GPUs and peers NVIDIA said may be mapped for each other ([`Iovas::allow`]). A
-    /// peer's reference is kept with them until gdrpeer unloads: a handful of pairs.
+    /// peer's reference is kept with them while the peer is in the system: a pair of a peer
+    /// removed since (a hot unplug, a virtual function's end) goes when the next pair is
+    /// added, so that a peer that comes and goes does not pile up references.
     allowed: KVec<(GpuUuid, ARef<pci::Device>)>,
     /// The GPUs and peers NVIDIA refused, reported in the kernel log ([`Iovas::refused`]),
     /// their references kept as `allowed`'s are. The refusal itself is not remembered: each
@@ -89,6 +91,16 @@ struct IovaState {
     refused: KVec<(GpuUuid, ARef<pci::Device>)>,
     /// Mappings made since gdrpeer was loaded.
     made: u64,
+}
+
+/// Lets go of the pairs whose peer was removed from the system since they were added. A
+/// removed device's reference may be its last: dropping it frees the device
+/// (`pci_release_dev`), which takes no lock of gdrpeer's.
+fn forget_removed(pairs: &mut KVec<(GpuUuid, ARef<pci::Device>)>) {
+    pairs.retain(|(_, peer)| {
+        // SAFETY: the pair's reference keeps the device's memory alive.
+        unsafe { helpers::gdrpeer_device_is_registered(sys::pci_dev_device_ptr(peer)) }
+    });
 }
 
 /// Whether `gpu` and `peer` are among `pairs`.
@@ -158,10 +170,12 @@ impl Iovas {
         has_pair(&self.state.lock().allowed, gpu, peer)
     }
 
-    /// Remembers that NVIDIA mapped `gpu`'s memory for `peer`.
+    /// Remembers that NVIDIA mapped `gpu`'s memory for `peer`, and forgets the peers removed
+    /// from the system.
     pub(crate) fn allow(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) -> Result {
         let mut s = self.state.lock();
         if !has_pair(&s.allowed, gpu, peer) {
+            forget_removed(&mut s.allowed);
             s.allowed.push((gpu, peer.clone()), GFP_KERNEL)?;
         }
         Ok(())
@@ -173,10 +187,12 @@ impl Iovas {
     pub(crate) fn refused(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) {
         {
             let mut s = self.state.lock();
+            if has_pair(&s.refused, gpu, peer) {
+                return;
+            }
+            forget_removed(&mut s.refused);
             // Without memory to remember it, the next refusal reports it.
-            if has_pair(&s.refused, gpu, peer)
-                || s.refused.push((gpu, peer.clone()), GFP_KERNEL).is_err()
-            {
+            if s.refused.push((gpu, peer.clone()), GFP_KERNEL).is_err() {
                 return;
             }
         }

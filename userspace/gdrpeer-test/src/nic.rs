@@ -738,6 +738,53 @@ fn gpus_asked_apart() -> TestResult {
     Ok(())
 }
 
+/// A peer removed from the system and found again, as a hot unplug and a rescan or a virtual
+/// function destroyed and made again do it, is a new `struct pci_dev`: gdrpeer asks NVIDIA
+/// about it afresh, and lets go of the removed one's pairs when it adds the new one's, so the
+/// pairs it counts do not grow with each removal (they did: every peer asked about stayed
+/// referenced until unload). edu comes back at its address and gdrnic binds it again; its DMA
+/// must reach the GPU as before. Nothing may be mapped for edu when it goes (DMA-API
+/// debugging reports mappings left to a device whose driver is unbound).
+fn removed_peer_let_go() -> TestResult {
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(48, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    nic()?.reg(va, K64).map_err(errno)?;
+    eventually(5, "edu's mappings gone with the NIC's file", || {
+        Ok(dma_counters()? == (0, 0))
+    })?;
+    let pairs = gstat("dma_gpu_peer_pairs")?;
+    let sysfs = |path: &str| std::fs::write(path, "1").map_err(|e| format!("{path}: {e}"));
+    sysfs(&format!("/sys/bus/pci/devices/{peer}/remove"))?;
+    check!(
+        !std::path::Path::new("/dev/gdrnic").exists(),
+        "/dev/gdrnic gone with edu"
+    );
+    sysfs("/sys/bus/pci/rescan")?;
+    eventually(5, "/dev/gdrnic back with edu", || {
+        Ok(std::path::Path::new("/dev/gdrnic").exists())
+    })?;
+    check_eq!(edu()?, peer, "edu's address after the rescan");
+    let probes = stat("dma_map_calls")?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    check_eq!(
+        stat("dma_map_calls")? - probes,
+        1,
+        "NVIDIA dma_map_pages calls: the found-again edu asked about"
+    );
+    let now = gstat("dma_gpu_peer_pairs")?;
+    check!(
+        now <= pairs,
+        "GPU and peer pairs: {now} after the rescan and one registration, {pairs} before \
+         (the removed edu's pairs let go, one added)"
+    );
+    check_dma_reaches(&n, &mr.dma, &content, "the found-again edu's registration")?;
+    Ok(())
+}
+
 /// Two contexts map one page: the first one's close leaves the mapping to the second, whose
 /// DMA still reaches the page; the memory's free revokes the second's registration, and the
 /// callback unmaps the page before it returns (the registration's invalidation first).
@@ -1157,6 +1204,7 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-dma-map-eviction-leaves-other-holders",
         eviction_leaves_other_holders,
     ),
+    ("gdrnic-dma-map-removed-peer-let-go", removed_peer_let_go),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];
