@@ -162,12 +162,13 @@ impl Pci {
     fn is_gpu(&self) -> bool {
         (self.vendor == 0x10de && self.class >> 16 == 0x03) || self.is_sim_gpu()
     }
-    /// The BAR that carries BAR1 (BAR 1, on ivshmem 2).
-    fn bar1_index(&self) -> usize {
+    /// The size of the BAR that carries BAR1, from the function's sysfs `resource` file:
+    /// NVIDIA's second BAR ([`parse::nvidia_bar1_size`]), ivshmem's BAR 2 under nvsim.
+    fn bar1_size(&self, resource: &str) -> Option<u64> {
         if self.is_sim_gpu() {
-            2
+            parse::bar_size(resource, 2)
         } else {
-            1
+            parse::nvidia_bar1_size(resource)
         }
     }
 }
@@ -788,7 +789,7 @@ fn bar1(ctx: &Context) -> Vec<Finding> {
             let c = format!("bar1 {}", g.addr);
             let size = sys
                 .read(&format!("/sys/bus/pci/devices/{}/resource", g.addr))
-                .and_then(|r| parse::bar_size(&r, g.bar1_index()));
+                .and_then(|r| g.bar1_size(&r));
             let mut used: Option<(u64, u64, &str)> = None;
             if g.is_sim_gpu() {
                 if let Some(kv) = &nvsim {

@@ -120,6 +120,14 @@ pub fn bar_size(resource: &str, index: usize) -> Option<u64> {
     (end > start || (end == start && start != 0)).then(|| end - start + 1)
 }
 
+/// The size of an NVIDIA GPU's BAR1 (the framebuffer aperture peers reach) from its sysfs
+/// `resource` file: the second assigned BAR of the six, in order. BAR 0 (the registers) comes
+/// first; where it is 32-bit, BAR1 is at index 1, and where it is 64-bit it takes indexes 0
+/// and 1 and BAR1 is at index 2 (an H200 passed through to a virtual machine, 2026-11-28).
+pub fn nvidia_bar1_size(resource: &str) -> Option<u64> {
+    (0..6).filter_map(|i| bar_size(resource, i)).nth(1)
+}
+
 /// `key value` lines (nvsim's debugfs stats, gdrpeer's debugfs params).
 pub fn key_values(text: &str) -> Vec<(String, String)> {
     text.lines()

@@ -82,6 +82,18 @@ fn bar_sizes() {
     assert_eq!(bar_size(r, 1), Some(32 << 30));
     assert_eq!(bar_size(r, 2), None);
     assert_eq!(bar_size(r, 7), None);
+    assert_eq!(nvidia_bar1_size(r), Some(32 << 30));
+    // An H200 passed through to a Firecracker guest (2026-11-28): every BAR 64-bit, so
+    // BAR1 (256 GiB; nvidia-smi's BAR1 total) is the resource at index 2.
+    let h200 = "0x0000104002000000 0x0000104002ffffff 0x000000000014220c\n\
+                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n\
+                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                0x0000104000000000 0x0000104001ffffff 0x000000000014220c\n\
+                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+    assert_eq!(nvidia_bar1_size(h200), Some(256 << 30));
+    assert_eq!(nvidia_bar1_size("0x1000 0x1fff 0x40200\n"), None);
 }
 
 #[test]
@@ -479,6 +491,22 @@ fn a_server() {
         to_text(&f)
     );
     assert_eq!(exit_status(&f), EXIT_OK, "{}", to_text(&f));
+}
+
+/// A GPU whose BAR 0 is 64-bit, as an H200 passed through to a virtual machine showed it
+/// (2026-11-28): BAR1 is the resource at index 2, where index 1 is empty.
+#[test]
+fn a_gpu_with_a_64_bit_bar_0() {
+    let t = server();
+    t.file(
+        &format!("{GPU}/resource"),
+        "0x0000104002000000 0x0000104002ffffff 0x14220c\n0x0 0x0 0x0\n\
+         0x0000100000000000 0x0000103fffffffff 0x14220c\n0x0 0x0 0x0\n\
+         0x0000104000000000 0x0000104001ffffff 0x14220c\n0x0 0x0 0x0\n",
+    );
+    let f = run(&t.sys());
+    let b = find(&f, "bar1 0000:03:00.0");
+    assert!(b.summary.contains(": BAR1 262144 MiB, "), "{}", to_text(&f));
 }
 
 #[test]
