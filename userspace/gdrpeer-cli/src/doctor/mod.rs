@@ -964,6 +964,11 @@ fn secure_boot(ctx: &Context) -> Finding {
     }
     if sb.is_none() {
         f = f.fix("run as root, or check with mokutil --sb-state");
+    } else if enforce.as_deref() == Some("Y") && !sys.exists("/sys/firmware/efi") {
+        // No EFI, so no MOK list: DKMS's key cannot become one the kernel trusts.
+        f.status = Status::Warn;
+        f.summary += ": the kernel loads only modules signed by a key it trusts, and without EFI no key can be enrolled (MOK)";
+        f = f.fix("have gdrpeer.ko signed with a key built into this kernel (its builder's), or boot a kernel that does not force module signatures (CONFIG_MODULE_SIG_FORCE, module.sig_enforce)");
     }
     f
 }

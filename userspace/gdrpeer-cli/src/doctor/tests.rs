@@ -593,9 +593,9 @@ fn the_rig() {
     assert_eq!(p.status, Status::Warn, "{text}");
     assert!(p.summary.contains("gdrnic, the sample NIC"), "{text}");
     assert!(p.summary.contains("through the host bridge"), "{text}");
-    assert!(find(&f, "secure-boot")
-        .summary
-        .contains("not booted by EFI"));
+    let sb = find(&f, "secure-boot");
+    assert!(sb.summary.contains("not booted by EFI"), "{text}");
+    assert_eq!(sb.status, Status::Ok, "{text}");
     assert_eq!(find(&f, "device /dev/gdrdrv").status, Status::Warn);
     // Headers absent, but gdrpeer loaded: a warning only.
     assert_eq!(find(&f, "kernel-headers").status, Status::Warn, "{text}");
@@ -607,6 +607,34 @@ fn the_rig() {
     );
     let f = run(&t.sys());
     assert_eq!(find(&f, "nvidia").status, Status::Fail, "{}", to_text(&f));
+}
+
+/// Module signatures forced without EFI, as a GPU machine's virtual machine had it
+/// (2026-11-28): no key can be enrolled, so a module DKMS signs will not load.
+#[test]
+fn signatures_forced_without_efi() {
+    let t = rig();
+    t.file("/sys/module/module/parameters/sig_enforce", "Y\n");
+    let f = run(&t.sys());
+    let sb = find(&f, "secure-boot");
+    assert_eq!(sb.status, Status::Warn, "{}", to_text(&f));
+    assert!(sb
+        .summary
+        .contains("module.sig_enforce=Y: the kernel loads only modules signed"));
+    assert!(sb.fix.as_ref().unwrap().contains("built into this kernel"));
+    // With EFI there is a MOK list to enroll DKMS's key in: no warning here.
+    t.dir("/sys/firmware/efi");
+    t.file(
+        "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+        "\x06\x00\x00\x00\x00",
+    );
+    let f = run(&t.sys());
+    assert_eq!(
+        find(&f, "secure-boot").status,
+        Status::Ok,
+        "{}",
+        to_text(&f)
+    );
 }
 
 #[test]
