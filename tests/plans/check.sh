@@ -62,6 +62,8 @@ test_cli_json() {
 	D=/sys/kernel/debug/gdrpeer T=$(printf '\t')
 	jv() { printf '%s\n' "$1" | sed -n "s/^$2$T//p"; }
 	# A document printed by a command in the background (--hold): once it is whole.
+	# The hold leaves 15 s for the checks that read debugfs meanwhile: 5 s was
+	# not enough once, on a machine running three guests (2026-11-28).
 	held() { for i in 1 2 3 4 5 6 7 8 9 10; do grep -q '^}' "$1" && return; sleep 1; done; fail "no document in $1: $(cat "$1")"; }
 	gpu=$(basename /sys/bus/pci/drivers/nvsim/0000:*)
 	bar=$(sed -n 3p /sys/bus/pci/devices/$gpu/resource)
@@ -82,7 +84,7 @@ test_cli_json() {
 	done <$D/params
 	expect_eq "info: params" "$(echo "$flat" | grep -c '^params\.')" "$n"
 
-	gdrpeer pin --alloc 0x30000 --offset 100 --len 70000 --pages --hold 5 --json >/tmp/pin.json &
+	gdrpeer pin --alloc 0x30000 --offset 100 --len 70000 --pages --hold 15 --json >/tmp/pin.json &
 	pid=$!
 	held /tmp/pin.json
 	flat=$(gdrpeer-vmtool json </tmp/pin.json) || fail "pin --json: $(cat /tmp/pin.json)"
@@ -124,7 +126,7 @@ test_cli_json() {
 	done
 	[ "$(jv "$flat" global.misses)" -ge 3 ] || fail "stats: the three pins above are not misses"
 
-	gdrpeer dmabuf --json --alloc 0x30000 --offset 100 --len 70000 --hold 5 >/tmp/dmabuf.json &
+	gdrpeer dmabuf --json --alloc 0x30000 --offset 100 --len 70000 --hold 15 >/tmp/dmabuf.json &
 	pid=$!
 	held /tmp/dmabuf.json
 	flat=$(gdrpeer-vmtool json </tmp/dmabuf.json) || fail "dmabuf --json: $(cat /tmp/dmabuf.json)"
