@@ -20,6 +20,12 @@
  *
  * Locks, in the order they are taken:
  *
+ * 0. gdrnic_dev.remove_sem (rw_semaphore): read by every open and ioctl,
+ *    written by the device's removal, which so waits for them, then ends
+ *    every open file's registrations and gdrpeer context, as an RDMA driver's
+ *    removal ends its verbs contexts' memory registrations: nothing stays
+ *    DMA-mapped for the device once it is unbound. Then gdrnic_dev.files_lock
+ *    (mutex), the list of open files, which their release also takes.
  * 1. gdrnic_file.lock (mutex): serialises the file's registrations (REG).
  *    Held around gdrpeer_mr_pin(), so the invalidate callback never takes
  *    it. DEREG does not take it: the xarray's own lock hands a handle's
@@ -56,6 +62,7 @@
 #include <linux/pid.h>
 #include <linux/prandom.h>
 #include <linux/random.h>
+#include <linux/rwsem.h>
 #include <linux/sizes.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -89,12 +96,17 @@ struct gdrnic_dev {
 	dma_addr_t host_dma;
 	struct mutex engine_lock;	/* lock 2 */
 	bool gone;			/* written under engine_lock: unbound */
+	struct rw_semaphore remove_sem;	/* lock 0 */
+	bool removed;			/* under remove_sem: files emptied */
+	struct mutex files_lock;	/* after lock 0: files */
+	struct list_head files;		/* gdrnic_file.node */
 	struct miscdevice misc;
 };
 
 struct gdrnic_file {
 	struct gdrnic_dev *nic;
-	struct gdrpeer_ctx *ctx;
+	struct list_head node;		/* in nic->files, under its files_lock */
+	struct gdrpeer_ctx *ctx;	/* NULL once the device was removed */
 	struct pid *owner;		/* the opener's thread group: ctx's process */
 	struct mutex lock;		/* lock 1: serialises REG */
 	/*
@@ -1519,11 +1531,8 @@ out:
 	return ret;
 }
 
-static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+static long gdrnic_ioctl_locked(struct gdrnic_file *f, unsigned int cmd, void __user *uarg)
 {
-	struct gdrnic_file *f = file->private_data;
-	void __user *uarg = (void __user *)arg;
-
 	switch (cmd) {
 	case GDRNIC_IOCTL_REG:
 		return gdrnic_reg(f, uarg);
@@ -1548,45 +1557,80 @@ static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	}
 }
 
+static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct gdrnic_file *f = file->private_data;
+	long ret = -ENODEV;
+
+	/* A removed device's files have no registrations nor context left. */
+	down_read(&f->nic->remove_sem);
+	if (!f->nic->removed)
+		ret = gdrnic_ioctl_locked(f, cmd, (void __user *)arg);
+	up_read(&f->nic->remove_sem);
+	return ret;
+}
+
+/* Ends @f's registrations and its gdrpeer context; no ioctl of it runs. */
+static void gdrnic_file_empty(struct gdrnic_file *f)
+{
+	struct gdrnic_mr *m;
+	unsigned long handle;
+
+	xa_for_each(&f->mrs, handle, m) {
+		xa_erase(&f->mrs, handle);
+		gdrnic_mr_put(m);
+	}
+	if (f->ctx)
+		gdrpeer_ctx_destroy(f->ctx);
+	f->ctx = NULL;
+}
+
 static int gdrnic_open(struct inode *inode, struct file *file)
 {
 	struct gdrnic_dev *nic = container_of(file->private_data, struct gdrnic_dev, misc);
 	struct gdrnic_file *f;
+	int ret = -ENODEV;
 
+	down_read(&nic->remove_sem);
+	if (nic->removed)
+		goto out;
+	ret = -ENOMEM;
 	f = kzalloc_obj(*f, GFP_KERNEL);
 	if (!f)
-		return -ENOMEM;
+		goto out;
 	/* The context of the opening process: its GPU memory is what REG pins. */
 	f->ctx = gdrpeer_ctx_create();
 	if (IS_ERR(f->ctx)) {
-		int ret = PTR_ERR(f->ctx);
-
+		ret = PTR_ERR(f->ctx);
 		kfree(f);
-		return ret;
+		goto out;
 	}
 	f->owner = get_pid(task_tgid(current));
 	mutex_init(&f->lock);
 	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC);
 	kref_get(&nic->ref);
 	f->nic = nic;
+	mutex_lock(&nic->files_lock);
+	list_add(&f->node, &nic->files);
+	mutex_unlock(&nic->files_lock);
 	file->private_data = f;
-	return 0;
+	ret = 0;
+out:
+	up_read(&nic->remove_sem);
+	return ret;
 }
 
 static int gdrnic_release(struct inode *inode, struct file *file)
 {
 	struct gdrnic_file *f = file->private_data;
-	struct gdrnic_mr *m;
-	unsigned long handle;
 
 	/* No ioctl runs: the last reference to the file is gone. */
-	xa_for_each(&f->mrs, handle, m) {
-		xa_erase(&f->mrs, handle);
-		gdrnic_mr_put(m);
-	}
+	mutex_lock(&f->nic->files_lock);
+	list_del(&f->node);
+	mutex_unlock(&f->nic->files_lock);
+	gdrnic_file_empty(f);
 	xa_destroy(&f->mrs);
 	kfree(f->spare);
-	gdrpeer_ctx_destroy(f->ctx);
 	put_pid(f->owner);
 	kref_put(&f->nic->ref, gdrnic_dev_release);
 	mutex_destroy(&f->lock);
@@ -1627,6 +1671,9 @@ static int gdrnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return -ENOMEM;
 	kref_init(&nic->ref);
 	mutex_init(&nic->engine_lock);
+	init_rwsem(&nic->remove_sem);
+	mutex_init(&nic->files_lock);
+	INIT_LIST_HEAD(&nic->files);
 	nic->pdev = pdev;
 	nic->mmio = pcim_iomap_region(pdev, 0, KBUILD_MODNAME);
 	if (IS_ERR(nic->mmio)) {
@@ -1675,11 +1722,24 @@ err_free:
 static void gdrnic_remove(struct pci_dev *pdev)
 {
 	struct gdrnic_dev *nic = pci_get_drvdata(pdev);
+	struct gdrnic_file *f;
 
 	mutex_lock(&gdrnic_bind_lock);
 	misc_deregister(&nic->misc);
 	gdrnic_bound = NULL;
 	mutex_unlock(&gdrnic_bind_lock);
+	/*
+	 * Waits for the ioctls in progress, then ends the open files'
+	 * registrations and contexts: gdrpeer unmaps what it mapped for the
+	 * device (kept mappings of cached regions included) before it goes.
+	 */
+	down_write(&nic->remove_sem);
+	nic->removed = true;
+	mutex_lock(&nic->files_lock);
+	list_for_each_entry(f, &nic->files, node)
+		gdrnic_file_empty(f);
+	mutex_unlock(&nic->files_lock);
+	up_write(&nic->remove_sem);
 	/* Files still open fail their transfers with -ENODEV from here on. */
 	mutex_lock(&nic->engine_lock);
 	WRITE_ONCE(nic->gone, true);
