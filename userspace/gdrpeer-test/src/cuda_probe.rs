@@ -1224,10 +1224,14 @@ mod tests {
         assert_eq!(alignment(0x10_0100), "256 B");
     }
 
+    /// A file of `tests/cuda-trace/`, parsed.
+    fn read(file: &str) -> BTreeMap<String, String> {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/cuda-trace/");
+        parse(&std::fs::read_to_string(format!("{root}{file}")).unwrap())
+    }
+
     #[test]
     fn the_record_parses_and_lists_only_its_own_keys() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/cuda-trace/");
-        let read = |f: &str| parse(&std::fs::read_to_string(format!("{root}{f}")).unwrap());
         let record = read("h100-580.159.04.txt");
         assert!(record.len() > 400, "{} answers", record.len());
         for (name, _) in SECTIONS {
@@ -1249,8 +1253,6 @@ mod tests {
     /// item as the H100 did, except the attributes that name the hardware.
     #[test]
     fn the_h200_record_differs_from_the_h100_in_the_hardware_alone() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/cuda-trace/");
-        let read = |f: &str| parse(&std::fs::read_to_string(format!("{root}{f}")).unwrap());
         let (h100, h200) = (read("h100-580.159.04.txt"), read("h200-580.159.04.txt"));
         assert_eq!(
             h100.keys().collect::<Vec<_>>(),

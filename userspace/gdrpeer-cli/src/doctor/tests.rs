@@ -73,6 +73,16 @@ fn kallsyms_exporters() {
     assert_eq!(nv_version(0x0001_0002), "1.2");
 }
 
+/// The sysfs `resource` file of an H200 passed through to a Firecracker guest (2026-11-28):
+/// every BAR 64-bit, so BAR1 (256 GiB; nvidia-smi's BAR1 total) is the resource at index 2.
+const H200_RESOURCE: &str = "0x0000104002000000 0x0000104002ffffff 0x000000000014220c\n\
+    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+    0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n\
+    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+    0x0000104000000000 0x0000104001ffffff 0x000000000014220c\n\
+    0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+    0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+
 #[test]
 fn bar_sizes() {
     let r = "0x00000000fa000000 0x00000000faffffff 0x0000000000040200\n\
@@ -83,16 +93,7 @@ fn bar_sizes() {
     assert_eq!(bar_size(r, 2), None);
     assert_eq!(bar_size(r, 7), None);
     assert_eq!(nvidia_bar1_size(r), Some(32 << 30));
-    // An H200 passed through to a Firecracker guest (2026-11-28): every BAR 64-bit, so
-    // BAR1 (256 GiB; nvidia-smi's BAR1 total) is the resource at index 2.
-    let h200 = "0x0000104002000000 0x0000104002ffffff 0x000000000014220c\n\
-                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                0x0000100000000000 0x0000103fffffffff 0x000000000014220c\n\
-                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                0x0000104000000000 0x0000104001ffffff 0x000000000014220c\n\
-                0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
-                0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
-    assert_eq!(nvidia_bar1_size(h200), Some(256 << 30));
+    assert_eq!(nvidia_bar1_size(H200_RESOURCE), Some(256 << 30));
     assert_eq!(nvidia_bar1_size("0x1000 0x1fff 0x40200\n"), None);
 }
 
@@ -498,12 +499,7 @@ fn a_server() {
 #[test]
 fn a_gpu_with_a_64_bit_bar_0() {
     let t = server();
-    t.file(
-        &format!("{GPU}/resource"),
-        "0x0000104002000000 0x0000104002ffffff 0x14220c\n0x0 0x0 0x0\n\
-         0x0000100000000000 0x0000103fffffffff 0x14220c\n0x0 0x0 0x0\n\
-         0x0000104000000000 0x0000104001ffffff 0x14220c\n0x0 0x0 0x0\n",
-    );
+    t.file(&format!("{GPU}/resource"), H200_RESOURCE);
     let f = run(&t.sys());
     let b = find(&f, "bar1 0000:03:00.0");
     assert!(b.summary.contains(": BAR1 262144 MiB, "), "{}", to_text(&f));
@@ -624,10 +620,7 @@ fn signatures_forced_without_efi() {
     assert!(sb.fix.as_ref().unwrap().contains("built into this kernel"));
     // With EFI there is a MOK list to enroll DKMS's key in: no warning here.
     t.dir("/sys/firmware/efi");
-    t.file(
-        "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
-        "\x06\x00\x00\x00\x00",
-    );
+    t.file(EFI_SECURE_BOOT, "\x06\x00\x00\x00\x00");
     let f = run(&t.sys());
     assert_eq!(
         find(&f, "secure-boot").status,
