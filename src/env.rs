@@ -9,7 +9,10 @@ use kernel::{
     sync::atomic::{Acquire, Atomic, Full},
 };
 
-use crate::{nv_p2p::PinEnv, sys::OwnedQueue};
+use crate::{
+    nv_p2p::PinEnv,
+    sys::{OwnedQueue, PciGone},
+};
 
 /// What contexts need from the loaded module. It lives in the module's own data: every
 /// context and region holds a module reference (an open file, or a pin NVIDIA can still call
@@ -20,6 +23,11 @@ use crate::{nv_p2p::PinEnv, sys::OwnedQueue};
 /// While an `Env` is in [`ENV`], it is initialized and pinned in place.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Env {
+    /// Gives back what pins mapped for a PCI device that its driver left or that was removed.
+    /// First, so that it is unregistered (which waits for a call in progress) before the
+    /// pins' environment it reaches goes.
+    #[pin]
+    gone: PciGone,
     /// Where the free callback queues the rest of its work.
     pub(crate) queue: OwnedQueue,
     /// This module, for the references pins take.
@@ -40,6 +48,12 @@ impl Env {
     /// a second fails with -EBUSY.
     pub(crate) fn new(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         try_pin_init!(Env {
+            // A call before `Env::get` finds this `Env` has no pin to see.
+            gone <- PciGone::new(|peer| {
+                if let Ok(env) = Env::get() {
+                    env.pins.peer_gone(peer);
+                }
+            }),
             queue: OwnedQueue::new(c"gdrpeer")?,
             module,
             pins <- PinEnv::new(),

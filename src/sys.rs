@@ -18,10 +18,14 @@
 //! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`;
 //! - [`path_exists`]: a path lookup (`kern_path`, whose header the bindings lack);
 //! - [`kmalloc_size`]: what an allocation of a size really takes (`kmalloc_size_roundup`);
-//! - [`InvalidateClass`]: a statically defined lockdep map (`lock_map_acquire`).
+//! - [`InvalidateClass`]: a statically defined lockdep map (`lock_map_acquire`);
+//! - [`PciGone`]: a bus notifier (`bus_register_notifier`).
 
 use core::ptr::NonNull;
-use kernel::{bindings, pci, prelude::*, sync::aref::ARef, task::Task, workqueue::Queue};
+use kernel::{
+    bindings, container_of, error::to_result, pci, prelude::*, sync::aref::ARef, task::Task,
+    types::Opaque, workqueue::Queue,
+};
 
 bindgen_module! {
     /// The C helpers of src/helpers.c (PFN mappings for [`crate::vma`], DMA-only scatterlists
@@ -211,3 +215,90 @@ impl InvalidateClass {
         unsafe { helpers::gdrpeer_invalidate_might_wait() };
     }
 }
+
+/// Calls `gone` with a PCI device's `struct pci_dev` address once the device's driver is
+/// unbound from it, and again once the device is removed from the system (a device without a
+/// driver has only the second): what a peer was lent by gdrpeer must be given back by then.
+/// DMA-API debugging reports the mappings a device still has when its driver is unbound, and
+/// the IOMMU drops a removed device's domain.
+///
+/// The notifier runs before every other one on the PCI bus (DMA-API debugging's and the
+/// IOMMU's among them), with the device's lock held and the device alive.
+///
+/// # Invariants
+///
+/// `nb` is registered on the PCI bus, with [`PciGone::notify`] as its call, from the end of
+/// [`PciGone::new`] until `drop`.
+#[pin_data(PinnedDrop)]
+pub(crate) struct PciGone {
+    #[pin]
+    nb: Opaque<bindings::notifier_block>,
+    gone: fn(usize),
+}
+
+impl PciGone {
+    /// Registers `gone` on the PCI bus.
+    pub(crate) fn new(gone: fn(usize)) -> impl PinInit<Self, Error> {
+        try_pin_init!(PciGone {
+            nb: Opaque::new(bindings::notifier_block {
+                notifier_call: Some(Self::notify),
+                next: core::ptr::null_mut(),
+                priority: c_int::MAX,
+            }),
+            gone,
+        })
+        .pin_chain(|this| {
+            // SAFETY: `nb` is pinned with `this` and stays registered until `drop`, which
+            // unregisters it (a failed registration leaves nothing to unregister, which
+            // `drop` then attempts harmlessly: -ENOENT).
+            to_result(unsafe {
+                bindings::bus_register_notifier(&raw const bindings::pci_bus_type, this.nb.get())
+            })
+        })
+    }
+
+    /// The notifier's call: `data` is the device, `action` what happened to it.
+    ///
+    /// # Safety
+    ///
+    /// Only the PCI bus's notifier chain calls it, with the `nb` of a registered [`PciGone`]
+    /// and a live PCI device's `struct device`.
+    unsafe extern "C" fn notify(
+        nb: *mut bindings::notifier_block,
+        action: c_ulong,
+        data: *mut c_void,
+    ) -> c_int {
+        let gone = [
+            bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER,
+            bindings::bus_notifier_event_BUS_NOTIFY_REMOVED_DEVICE,
+        ];
+        if !u32::try_from(action).is_ok_and(|action| gone.contains(&action)) {
+            return bindings::NOTIFY_DONE as c_int;
+        }
+        // SAFETY: `nb` is the `nb` field of a registered `PciGone` (the caller's contract),
+        // alive while registered (type invariant).
+        let this = unsafe { &*container_of!(Opaque::cast_from(nb).cast_mut(), PciGone, nb) };
+        // SAFETY: on the PCI bus, `data` is the `dev` of a `struct pci_dev`; only its address
+        // is computed.
+        let pdev =
+            unsafe { container_of!(data.cast::<bindings::device>(), bindings::pci_dev, dev) };
+        (this.gone)(pdev as usize);
+        bindings::NOTIFY_DONE as c_int
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for PciGone {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: `nb` was registered on the PCI bus (type invariant); unregistering waits for
+        // calls in progress, so none runs once this returns.
+        unsafe {
+            bindings::bus_unregister_notifier(&raw const bindings::pci_bus_type, self.nb.get())
+        };
+    }
+}
+
+// SAFETY: the notifier block is only touched by the notifier chain, under its own lock.
+unsafe impl Send for PciGone {}
+// SAFETY: `PciGone` has no `&self` methods; the chain calls `gone`, a plain function.
+unsafe impl Sync for PciGone {}

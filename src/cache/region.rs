@@ -493,6 +493,6 @@ impl Drop for DmaUse {
     fn drop(&mut self) {
         self.region
             .pinned
-            .dma_unuse(&self.peer, params::dma_map_keep());
+            .dma_unuse(&self.peer, &self.addresses, params::dma_map_keep());
     }
 }

@@ -8,13 +8,13 @@
 use core::ptr::NonNull;
 use kernel::{
     ffi::{c_int, c_void},
-    new_condvar, new_spinlock, pci,
+    new_condvar, new_mutex, new_spinlock, pci,
     prelude::*,
     rbtree::{RBTree, RBTreeNodeReservation},
     sync::{
         aref::ARef,
         atomic::{self, Acquire, Atomic, Relaxed},
-        Arc, CondVar, SpinLock,
+        Arc, CondVar, Mutex, SpinLock,
     },
     task::Task,
     time::{delay::fsleep, Delta, Instant, Monotonic},
@@ -148,6 +148,7 @@ struct State {
     /// ([`Pinned::bus_addresses`] lends it out on that ground).
     addresses: Option<KVBox<[u64]>>,
     /// DMA mappings, by `struct pci_dev` address of the peer (each holds its peer).
+    /// While it is not empty, the pin is listed in [`PinEnv::mapped`].
     maps: RBTree<usize, PeerMap>,
     /// Keeps gdrpeer loaded while NVIDIA can still call back into it (none taken until a
     /// callback pin is made).
@@ -350,6 +351,23 @@ pub(crate) struct PinEnv {
     /// waiter checks its own pin again when woken.
     #[pin]
     drained: CondVar,
+    /// The pins that hold DMA mappings, by address ([`Pinned::key`]), so that a peer's
+    /// mappings can be found when the peer goes ([`PinEnv::peer_gone`]).
+    ///
+    /// # Invariants
+    ///
+    /// A pin whose `State::maps` is not empty is listed: it is listed, under this lock and
+    /// its own, before its first mapping shows. A listed pin is alive: whatever empties its
+    /// `maps` takes it out of the list, under this lock, before it lets go of the pin (the
+    /// thread giving it back, revoking it or ending its last use holds it), and its drop takes
+    /// it out if nothing did (a pin dropped with its table and mappings).
+    ///
+    /// A lock between 3 and 4 of the crate's order: taken under 1 to 3 (a first mapping, an
+    /// unpin, the free callback), never with a dma-buf's reservation lock; only locks 4 and 5
+    /// are taken under it, whose holders never wait for NVIDIA's lock, so the callback's wait
+    /// for it is bounded.
+    #[pin]
+    mapped: Mutex<RBTree<usize, ()>>,
 }
 
 impl PinEnv {
@@ -359,7 +377,61 @@ impl PinEnv {
             gate <- Gate::new(),
             iovas <- Iovas::new(),
             drained <- new_condvar!("PinEnv::drained"),
+            mapped <- new_mutex!(RBTree::new(), "PinEnv::mapped"),
         })
+    }
+
+    /// Takes `pin` out of [`PinEnv::mapped`] unless it has mappings (again).
+    fn unlist(&self, pin: &Pinned) {
+        let mut pins = self.mapped.lock();
+        if pin.state.lock().maps.is_empty() {
+            pins.remove(&pin.key());
+        }
+    }
+
+    /// Gives back every pin's DMA mapping for the peer whose `struct pci_dev` is at `peer`, as
+    /// its driver is unbound or the peer is removed ([`sys::PciGone`]): no mapping is left to a
+    /// device that its driver has left, whether a pin keeps it for later uses
+    /// (`dma_map_keep`) or uses hold it still (`/dev/gdrpeer`'s DMA_MAP lasts until the
+    /// handle's unpin; a driver's registration should have ended in its removal). A use that
+    /// ends later finds its mapping gone ([`Pinned::dma_unuse`]); the addresses it holds are
+    /// stale values, which no peer of the unbound driver can be given.
+    pub(crate) fn peer_gone(&self, peer: usize) {
+        let mut gone: Option<ARef<pci::Device>> = None;
+        let (mut maps, mut used) = (0u64, 0u64);
+        let mut pins = self.mapped.lock();
+        let mut cursor = pins.cursor_front_mut();
+        while let Some(at) = cursor {
+            let key = *at.current().0;
+            // SAFETY: a listed pin is alive (`mapped` invariant), and this holds the list's lock.
+            let pin = unsafe { &*(key as *const Pinned) };
+            let (map, empty) = {
+                let mut s = pin.state.lock();
+                let map = s.maps.remove(&peer);
+                (map, s.maps.is_empty())
+            };
+            if let Some(map) = map {
+                maps += 1;
+                used += u64::from(map.uses > 0);
+                gone.get_or_insert_with(|| map.peer.clone());
+                map.unmap(&self.iovas);
+            }
+            cursor = if empty {
+                // The next pin, or the one before where this was the last: that one is done.
+                let (next, _) = at.remove_current();
+                next.filter(|next| *next.current().0 > key)
+            } else {
+                at.move_next()
+            };
+        }
+        drop(pins);
+        if let Some(dev) = gone {
+            let dev: &kernel::device::Device = dev.as_ref();
+            kernel::dev_info!(
+                dev,
+                "gave back {maps} DMA mappings of pinned GPU memory ({used} of them in use) as the device went\n"
+            );
+        }
     }
 }
 
@@ -693,6 +765,7 @@ impl Pinned {
         // First, as the uAPI documents a failed first allocation as -ENOMEM (the arrays'
         // allocations fall back to vmalloc).
         let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+        let listing = RBTreeNodeReservation::new(GFP_KERNEL)?;
         if !self.env.iovas.allowed(gpu, peer) {
             self.probe(gpu, peer)?;
             self.env.iovas.allow(gpu, peer)?;
@@ -709,6 +782,10 @@ impl Pinned {
                 return Err(e.into());
             }
         };
+        // Listed before its first mapping shows, under the list's lock (`PinEnv::mapped`
+        // invariant). It may be still listed without mappings, by a thread about to take it
+        // out, which will see this mapping and leave it.
+        let mut pins = self.env.mapped.lock();
         let mut s = self.state.lock();
         let lost = match s.phase {
             Phase::Valid => match s.maps.get_mut(&key) {
@@ -718,6 +795,9 @@ impl Pinned {
                     Ok(m.addresses.clone())
                 }
                 None => {
+                    if s.maps.is_empty() {
+                        pins.insert(listing.into_node(self.key(), ()));
+                    }
                     // INVARIANT: the pin's pages, in order, held on the Iovas for `peer`.
                     let map = PeerMap {
                         peer: peer.clone(),
@@ -734,6 +814,7 @@ impl Pinned {
             _ => Err(ENXIO),
         };
         drop(s);
+        drop(pins);
         self.env.iovas.unmap(peer, &bus);
         lost
     }
@@ -759,24 +840,33 @@ impl Pinned {
         Ok(unsafe { table_gpu(access.table()) })
     }
 
-    /// Ends a use that [`Pinned::dma_map`] counted for `peer`. The last one gives the mapping
-    /// back unless `keep`, which keeps it until the pin goes. Nothing is left to do once the
-    /// pin is given back or revoked: its mappings went with it.
-    pub(crate) fn dma_unuse(&self, peer: &pci::Device, keep: bool) {
+    /// Ends a use that [`Pinned::dma_map`] counted for `peer`, which returned `addresses`. The
+    /// last one gives the mapping back unless `keep`, which keeps it until the pin goes.
+    /// Nothing is left to do once the pin is given back or revoked, or the peer went
+    /// ([`PinEnv::peer_gone`]): the mapping went with it (a mapping made for the peer since is
+    /// another, with other addresses, which this use did not count).
+    pub(crate) fn dma_unuse(&self, peer: &pci::Device, addresses: &Arc<KVVec<u64>>, keep: bool) {
         let key = sys::pci_dev_ptr(peer) as usize;
         let map = {
             let mut s = self.state.lock();
             let Some(m) = s.maps.get_mut(&key) else {
                 return;
             };
+            if !Arc::ptr_eq(&m.addresses, addresses) {
+                return;
+            }
             m.uses -= 1;
             if m.uses > 0 || keep {
                 return;
             }
-            s.maps.remove(&key)
+            let map = s.maps.remove(&key);
+            (map, s.maps.is_empty())
         };
-        if let Some(map) = map {
+        if let Some(map) = map.0 {
             map.unmap(&self.env.iovas);
+        }
+        if map.1 {
+            self.env.unlist(self);
         }
     }
 
@@ -877,6 +967,12 @@ impl Pinned {
             || (!sys::current_is_kthread() && *current!().group_leader() == *self.owner)
     }
 
+    /// The pin's key in [`PinEnv::mapped`]: its address, which stays its own while it lives
+    /// (a pin is pinned in memory).
+    fn key(&self) -> usize {
+        core::ptr::from_ref(self) as usize
+    }
+
     /// Gives the table back: unmaps DMA mappings and calls put_pages.
     ///
     /// A callback pin that cannot be put from here ([`Pinned::may_unpin_here`]) stays pinned
@@ -898,7 +994,11 @@ impl Pinned {
             Ok(release) => release,
             Err(done) => return done,
         };
+        let listed = !release.maps.is_empty();
         let table = release.unmap_all(&this.env.iovas);
+        if listed {
+            this.env.unlist(this);
+        }
         let ret = this.put_table(table);
         drop(pass);
         Self::finish_release(owner, ret)
@@ -999,6 +1099,9 @@ impl Pinned {
         // go.
         owner.invalidate();
         this.free_revoked(mapped);
+        if mapped {
+            this.env.unlist(this);
+        }
     }
 
     /// Waits for the readers of a revoked pin to leave.
@@ -1056,7 +1159,16 @@ impl PinnedDrop for Pinned {
         // persistent pin dropped without its put_pages keeps NVIDIA's pages pinned for good.
         // (pr_err, not warn_on!: the stock kernels' prepared headers lack the generated
         // assembly warn_on! includes.)
-        if self.state.lock().table.is_some() {
+        let (pinned, listed) = {
+            let s = self.state.lock();
+            (s.table.is_some(), !s.maps.is_empty())
+        };
+        if listed {
+            // Only a pin dropped with its table, reported below, can still have mappings.
+            let mut pins = self.env.mapped.lock();
+            pins.remove(&self.key());
+        }
+        if pinned {
             DROPPED_PINNED.add(1, Relaxed);
             pr_err!(
                 "pin {:#x}+{:#x} dropped with its table still pinned\n",

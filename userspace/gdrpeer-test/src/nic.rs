@@ -20,7 +20,7 @@ pub use nvsim::gdrnic::{
 use nvsim::testing::{self as harness, debugfs, errno, stat, with_debugfs, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
-use std::{process::Command, thread, time::Duration};
+use std::{os::fd::AsRawFd, process::Command, thread, time::Duration};
 
 pub fn nic() -> Result<Nic, String> {
     Nic::open().map_err(|e| format!("/dev/gdrnic: {e}"))
@@ -742,7 +742,32 @@ fn gpus_asked_apart() -> TestResult {
 /// again (`/sys/bus/pci/rescan`) and waits for gdrnic to bind it at its address, whatever
 /// `gone` returned: a failing test leaves the tests after it their NIC.
 fn edu_removed_while(peer: PciAddress, gone: impl FnOnce() -> TestResult) -> TestResult {
-    let sysfs = |path: &str| std::fs::write(path, "1").map_err(|e| format!("{path}: {e}"));
+    edu_gone_while(peer, Gone::Removed, gone)
+}
+
+/// How a peer goes: its driver unbound from it (and bound again), or the device removed (and
+/// found again by a rescan).
+#[derive(Clone, Copy, PartialEq)]
+enum Gone {
+    Unbound,
+    Removed,
+}
+
+/// Runs `gone` while edu is gone as `how` says, then brings it back as before.
+fn edu_gone_while(peer: PciAddress, how: Gone, gone: impl FnOnce() -> TestResult) -> TestResult {
+    let write =
+        |path: &str, what: &str| std::fs::write(path, what).map_err(|e| format!("{path}: {e}"));
+    if how == Gone::Unbound {
+        let name = peer.to_string();
+        write("/sys/bus/pci/drivers/gdrnic/unbind", &name)?;
+        let result = gone();
+        write("/sys/bus/pci/drivers/gdrnic/bind", &name)?;
+        eventually(5, "/dev/gdrnic back with edu's driver", || {
+            Ok(std::path::Path::new("/dev/gdrnic").exists())
+        })?;
+        return result;
+    }
+    let sysfs = |path: &str| write(path, "1");
     sysfs(&format!("/sys/bus/pci/devices/{peer}/remove"))?;
     let result = gone();
     sysfs("/sys/bus/pci/rescan")?;
@@ -805,13 +830,7 @@ fn removed_peer_let_go() -> TestResult {
 /// region (and the registration parked for reuse). DMA-API debugging reports a mapping left
 /// to an unbound device ("pending DMA allocations while released from device"), which the log
 /// oracle fails. The file then answers ENODEV and closes; edu found again works.
-///
-/// Not covered, because it fails: a kept mapping of a region that something outside the NIC's
-/// contexts holds. With a dma-buf of the NIC's own export imported as well, the region the
-/// dma-buf holds keeps its mapping for edu after the import's detach, and the dma-buf's
-/// release (a deferred fput) comes after the unbind: DMA-API debugging reported it
-/// (2026-11-28). gdrpeer does not yet drop the kept mappings of a device that goes
-/// (Documentation/dev/design.rst, "The mapping cache and a peer that goes").
+/// What is held outside the NIC's contexts: `peer_gone_under_other_holders`.
 fn peer_removed_under_registrations() -> TestResult {
     let peer = edu()?;
     let gpu = Gpu::open().map_err(errno)?;
@@ -851,6 +870,76 @@ fn peer_removed_under_registrations() -> TestResult {
     let n = nic()?;
     let mr = n.reg(live, K64).map_err(errno)?;
     check_dma_reaches(&n, &mr.dma, &content, "the found-again edu's registration")?;
+    Ok(())
+}
+
+/// What gdrpeer mapped for a peer outside the peer driver's contexts is given back when the
+/// peer's driver leaves it, as `how` says (an unbind, or the device's removal): a handle of
+/// /dev/gdrpeer mapped for edu (DMA_MAP, whose use lasts until the handle's unpin), and a
+/// dma-buf of another handle imported by gdrnic, whose removal detaches the import; the region
+/// the dma-buf holds keeps its mapping (`dma_map_keep`) after the detach. Both regions stay
+/// pinned by the /dev/gdrpeer file. Before, both mappings outlived the unbind, which DMA-API
+/// debugging reported ("pending DMA allocations while released from device") and the log
+/// oracle fails; now the kernel log says once what was given back. Mapped again for the edu
+/// that came back, the handle's DMA reaches its page.
+fn peer_gone_under_other_holders(how: Gone) -> TestResult {
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (mapped, _) = gpu.alloc(K64).map_err(errno)?;
+    let (exported, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = gdrpeer::Device::open_default().map_err(|e| e.to_string())?;
+    let pin = |va| {
+        d.pin(va, K64, gdrpeer::PinFlags::empty())
+            .map_err(|e| format!("pin {va:#x}: {e}"))
+    };
+    let m = pin(mapped)?;
+    d.dma_map(m.handle, peer)
+        .map_err(|e| format!("DMA_MAP for edu: {e}"))?;
+    let e = pin(exported)?;
+    let buf = d
+        .export_dmabuf(e.handle)
+        .map_err(|e| format!("EXPORT_DMABUF: {e}"))?;
+    let n = nic()?;
+    n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
+    check_eq!(
+        dma_counters()?,
+        (2, 2),
+        "DMA-mapped pages and holds: the handle's and the import's"
+    );
+    const GAVE_BACK: &str = "as the device went";
+    let reports = kernel_log_lines(GAVE_BACK)?;
+    edu_gone_while(peer, how, || {
+        check_eq!(
+            dma_counters()?,
+            (0, 0),
+            "gdrpeer's DMA-mapped pages and holds once edu's driver left"
+        );
+        check_eq!(
+            nstat("dmabuf_imports")?,
+            0,
+            "gdrnic's imports after its driver left edu"
+        );
+        drop(n);
+        Ok(())
+    })?;
+    check_eq!(
+        kernel_log_lines(GAVE_BACK)? - reports,
+        1,
+        "kernel log lines saying what was given back as edu went"
+    );
+    let content = pattern(50, K64 as usize);
+    gpu.write(mapped, &content).map_err(errno)?;
+    let dma = d
+        .dma_map(m.handle, peer)
+        .map_err(|e| format!("DMA_MAP for the edu that came back: {e}"))?;
+    check_eq!(
+        dma_counters()?,
+        (1, 1),
+        "DMA-mapped pages and holds: the handle's new mapping"
+    );
+    let n = nic()?;
+    check_dma_reaches(&n, &dma, &content, "the handle mapped again")?;
+    n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
     Ok(())
 }
 
@@ -1278,6 +1367,12 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-dma-map-peer-removed-under-registrations",
         peer_removed_under_registrations,
     ),
+    ("gdrnic-dma-map-peer-unbound-under-other-holders", || {
+        peer_gone_under_other_holders(Gone::Unbound)
+    }),
+    ("gdrnic-dma-map-peer-removed-under-other-holders", || {
+        peer_gone_under_other_holders(Gone::Removed)
+    }),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];
