@@ -170,6 +170,16 @@ impl Iovas {
         has_pair(&self.state.lock().allowed, gpu, peer)
     }
 
+    /// Whether NVIDIA said some GPU's memory may be mapped for the peer whose `struct pci_dev`
+    /// is at `peer`: whether anything can be mapped for it.
+    pub(crate) fn is_peer(&self, peer: usize) -> bool {
+        self.state
+            .lock()
+            .allowed
+            .iter()
+            .any(|(_, p)| sys::pci_dev_ptr(p) as usize == peer)
+    }
+
     /// Remembers that NVIDIA mapped `gpu`'s memory for `peer`, and forgets the peers removed
     /// from the system.
     pub(crate) fn allow(&self, gpu: GpuUuid, peer: &ARef<pci::Device>) -> Result {

@@ -397,6 +397,12 @@ impl PinEnv {
     /// ends later finds its mapping gone ([`Pinned::dma_unuse`]); the addresses it holds are
     /// stale values, which no peer of the unbound driver can be given.
     pub(crate) fn peer_gone(&self, peer: usize) {
+        // A device no mapping was made for (one that is no peer, most devices) has none now: a
+        // pair is remembered before the first mapping for it, and kept until the device is
+        // removed from the system, after this.
+        if !self.iovas.is_peer(peer) {
+            return;
+        }
         let mut gone: Option<ARef<pci::Device>> = None;
         let (mut maps, mut used) = (0u64, 0u64);
         let mut pins = self.mapped.lock();
@@ -429,7 +435,7 @@ impl PinEnv {
             let dev: &kernel::device::Device = dev.as_ref();
             kernel::dev_info!(
                 dev,
-                "gave back {maps} DMA mappings of pinned GPU memory ({used} of them in use) as the device went\n"
+                "as the device went, gave back DMA mappings of pinned GPU memory: {maps}, {used} of them in use\n"
             );
         }
     }

@@ -152,10 +152,13 @@ static struct {
 
 /*
  * Test knobs: extra milliseconds the invalidate callback takes; whether it
- * takes the file's lock, the AB-BA that lockdep must report.
+ * takes the file's lock, the AB-BA that lockdep must report; whether the
+ * device's removal leaves the open files' registrations and contexts to
+ * their close, as a driver with that bug would.
  */
 static u32 gdrnic_invalidate_delay_ms;
 static bool gdrnic_invalidate_takes_file_lock;
+static bool gdrnic_remove_leaves_files;
 static struct dentry *gdrnic_dir;
 
 static void gdrnic_dev_release(struct kref *ref)
@@ -1736,8 +1739,9 @@ static void gdrnic_remove(struct pci_dev *pdev)
 	down_write(&nic->remove_sem);
 	nic->removed = true;
 	mutex_lock(&nic->files_lock);
-	list_for_each_entry(f, &nic->files, node)
-		gdrnic_file_empty(f);
+	if (!READ_ONCE(gdrnic_remove_leaves_files))
+		list_for_each_entry(f, &nic->files, node)
+			gdrnic_file_empty(f);
 	mutex_unlock(&nic->files_lock);
 	up_write(&nic->remove_sem);
 	/* Files still open fail their transfers with -ENODEV from here on. */
@@ -1787,6 +1791,8 @@ static int __init gdrnic_init(void)
 			   &gdrnic_invalidate_delay_ms);
 	debugfs_create_bool("invalidate_takes_file_lock", 0600, gdrnic_dir,
 			    &gdrnic_invalidate_takes_file_lock);
+	debugfs_create_bool("remove_leaves_files", 0600, gdrnic_dir,
+			    &gdrnic_remove_leaves_files);
 	ret = pci_register_driver(&gdrnic_driver);
 	if (ret)
 		debugfs_remove_recursive(gdrnic_dir);

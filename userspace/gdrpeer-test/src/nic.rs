@@ -906,7 +906,7 @@ fn peer_gone_under_other_holders(how: Gone) -> TestResult {
         (2, 2),
         "DMA-mapped pages and holds: the handle's and the import's"
     );
-    const GAVE_BACK: &str = "as the device went";
+    const GAVE_BACK: &str = "as the device went, gave back DMA mappings";
     let reports = kernel_log_lines(GAVE_BACK)?;
     edu_gone_while(peer, how, || {
         check_eq!(
@@ -940,6 +940,83 @@ fn peer_gone_under_other_holders(how: Gone) -> TestResult {
     let n = nic()?;
     check_dma_reaches(&n, &dma, &content, "the handle mapped again")?;
     n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
+    Ok(())
+}
+
+/// A driver that leaves an import past its `remove()` (gdrnic's `remove_leaves_files`, a bug a
+/// driver may have): gdrpeer gives the import's mapping back when the driver is unbound,
+/// counted as in use in the kernel log. With the driver bound again, a new file imports the
+/// same dma-buf: the region it holds is mapped afresh for edu. The old file's close then
+/// detaches the left import, ending its use, which must not end the new mapping's (the use
+/// tells its mapping from a newer one by the address array it holds): one page and one hold
+/// stay mapped for the new import. Counting the old use against the new mapping unmaps it
+/// under the new import (`dma_map_keep=0`), or underflows its count at the new import's
+/// detach (a Rust overflow panic on the test kernel). Mapped again for the handle, edu's DMA
+/// reaches the page; nothing is left once the file closes.
+fn import_left_past_remove() -> TestResult {
+    let peer = edu()?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(51, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let d = gdrpeer::Device::open_default().map_err(|e| e.to_string())?;
+    let h = d
+        .pin(va, K64, gdrpeer::PinFlags::empty())
+        .map_err(|e| format!("pin: {e}"))?;
+    let buf = d
+        .export_dmabuf(h.handle)
+        .map_err(|e| format!("EXPORT_DMABUF: {e}"))?;
+    let old = nic()?;
+    old.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64)
+        .map_err(errno)?;
+    const IN_USE: &str = ", 1 of them in use";
+    let reports = kernel_log_lines(IN_USE)?;
+    let knob = "/sys/kernel/debug/gdrnic/remove_leaves_files";
+    std::fs::write(knob, "Y").map_err(|e| format!("{knob}: {e}"))?;
+    let gone = edu_gone_while(peer, Gone::Unbound, || {
+        check_eq!(
+            dma_counters()?,
+            (0, 0),
+            "gdrpeer's DMA-mapped pages and holds once edu's driver left an import"
+        );
+        Ok(())
+    });
+    let _ = std::fs::write(knob, "N");
+    gone?;
+    check_eq!(
+        kernel_log_lines(IN_USE)? - reports,
+        1,
+        "kernel log lines saying that a mapping in use was given back"
+    );
+    let n = nic()?;
+    n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
+    check_eq!(
+        dma_counters()?,
+        (1, 1),
+        "DMA-mapped pages and holds: the new import's"
+    );
+    drop(old);
+    eventually(5, "the left import detached with its file", || {
+        Ok(nstat("dmabuf_imports")? == 1)
+    })?;
+    check_eq!(
+        dma_counters()?,
+        (1, 1),
+        "DMA-mapped pages and holds once the left import detached"
+    );
+    drop(n);
+    eventually(5, "the new import detached with its file", || {
+        Ok(nstat("dmabuf_imports")? == 0)
+    })?;
+    let dma = d
+        .dma_map(h.handle, peer)
+        .map_err(|e| format!("DMA_MAP: {e}"))?;
+    check_dma_reaches(&nic()?, &dma, &content, "the handle mapped for edu")?;
+    drop(buf);
+    drop(d);
+    eventually(5, "no mapping left once the file closed", || {
+        Ok(dma_counters()? == (0, 0))
+    })?;
     Ok(())
 }
 
@@ -1373,6 +1450,10 @@ pub const TESTS: &[harness::Test] = &[
     ("gdrnic-dma-map-peer-removed-under-other-holders", || {
         peer_gone_under_other_holders(Gone::Removed)
     }),
+    (
+        "gdrnic-dma-map-import-left-past-remove",
+        import_left_past_remove,
+    ),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
 ];
