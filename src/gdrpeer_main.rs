@@ -74,18 +74,18 @@
 //! one reader while it copies events to user space, and `GdrdrvFile::extra` (mutex,
 //! [`gdrdrv`]), a gdrdrv file's per-handle data, taken before or after lock 1, never with it.
 //!
-//! `PinEnv::mapped` (mutex, [`nv_p2p`]), the pins that may hold DMA mappings, sits between 3
+//! `PinEnv::mapped` (mutex, [`nv_p2p`]), the pins that hold DMA mappings, sits between 3
 //! and 4: taken under 1 to 3 (a pin's first mapping, an unpin, the free callback) and by a
 //! PCI device's unbind or removal (under the device's lock), which gives back every pin's
 //! mapping for the device; only locks 4 and 5 are taken under it, and never with a dma-buf's
 //! reservation lock.
 //!
-//! The free callback takes only locks of levels 4 and 5, and `PinEnv::mapped`: it settles the region's global
-//! counters with atomics and lists the region on its context (`Context::revoked`); taking it
-//! out of the tree, the LRU and the context's accounting is left to the context's next
-//! operation under lock 1, or, once the context is closed, to the context's work item, which
-//! takes lock 1 outside NVIDIA's lock. Nothing in gdrpeer waits for that work while holding
-//! lock 1.
+//! The free callback takes only locks of levels 4 and 5, and `PinEnv::mapped`: it settles
+//! the region's global counters with atomics and lists the region on its context
+//! (`Context::revoked`); taking it out of the tree, the LRU and the context's accounting is
+//! left to the context's next operation under lock 1, or, once the context is closed, to the
+//! context's work item, which takes lock 1 outside NVIDIA's lock. Nothing in gdrpeer waits for
+//! that work while holding lock 1.
 //!
 //! CPU mappings ([`files`] over [`vma`]) bring the kernel's mm locks in: a process's
 //! `mmap_lock` comes before lock 1 (mmap looks the handle up under it); the file's

@@ -853,7 +853,7 @@ impl Pinned {
     /// another, with other addresses, which this use did not count).
     pub(crate) fn dma_unuse(&self, peer: &pci::Device, addresses: &Arc<KVVec<u64>>, keep: bool) {
         let key = sys::pci_dev_ptr(peer) as usize;
-        let map = {
+        let (map, emptied) = {
             let mut s = self.state.lock();
             let Some(m) = s.maps.get_mut(&key) else {
                 return;
@@ -868,10 +868,10 @@ impl Pinned {
             let map = s.maps.remove(&key);
             (map, s.maps.is_empty())
         };
-        if let Some(map) = map.0 {
+        if let Some(map) = map {
             map.unmap(&self.env.iovas);
         }
-        if map.1 {
+        if emptied {
             self.env.unlist(self);
         }
     }
