@@ -8,12 +8,13 @@
  * generated Rust name depends on the layout, sg_dma_len() names a field that
  * exists only with CONFIG_NEED_SG_DMA_LENGTH, arch_io_reserve_memtype_wc() is
  * a static inline where the architecture keeps no memory types, and so are
- * dma_mapping_error() and device_is_registered().
+ * dma_mapping_error(), device_is_registered() and, on x86, pci_domain_nr().
  */
 #include <linux/dma-mapping.h>
 #include <linux/io.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
+#include <linux/pci.h>
 #include <linux/scatterlist.h>
 
 #include "helpers.h"
@@ -68,6 +69,16 @@ int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr)
 bool gdrpeer_device_is_registered(struct device *dev)
 {
 	return device_is_registered(dev);
+}
+
+bool gdrpeer_pci_dev_on_bus(struct pci_dev *pdev)
+{
+	struct pci_dev *found;
+
+	found = pci_get_domain_bus_and_slot(pci_domain_nr(pdev->bus),
+					    pdev->bus->number, pdev->devfn);
+	pci_dev_put(found);
+	return found == pdev;
 }
 
 /*

@@ -9,6 +9,7 @@
 
 #include <linux/device.h>
 #include <linux/mm_types.h>
+#include <linux/pci.h>
 #include <linux/scatterlist.h>
 #include <linux/types.h>
 
@@ -46,6 +47,14 @@ int gdrpeer_dma_mapping_error(struct device *dev, dma_addr_t addr);
  * from the system (device_del()), though a reference still keeps its memory.
  */
 bool gdrpeer_device_is_registered(struct device *dev);
+
+/*
+ * Whether @pdev is still the device found at its address on the PCI bus: false
+ * once its removal took it off the bus (bus_remove_device(), before the bus's
+ * BUS_NOTIFY_REMOVED_DEVICE), though a reference still keeps its memory.
+ * pci_domain_nr() is a static inline on x86.
+ */
+bool gdrpeer_pci_dev_on_bus(struct pci_dev *pdev);
 
 /*
  * The lockdep class that stands for NVIDIA's lock (src/notify.rs): taken

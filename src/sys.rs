@@ -12,7 +12,7 @@
 //!   back holds the module);
 //! - [`current_is_kthread`]: `Task` flags (`PF_KTHREAD`);
 //! - [`capable_sys_rawio`]: `capable()` with the capability constants;
-//! - [`pci_device`]: a lookup of a `pci::Device` by domain, bus and devfn;
+//! - [`pci_device`], [`pci_on_bus`]: a lookup of a `pci::Device` by domain, bus and devfn;
 //! - [`pci_dev_ptr`], [`pci_dev_device_ptr`]: public `as_raw()` on `pci::Device` and
 //!   `device::Device` (both are private in 7.2);
 //! - [`eopnotsupp`]: `EOPNOTSUPP` in `kernel::error::code`;
@@ -149,6 +149,16 @@ pub(crate) fn pci_device(domain: u32, bus: u8, devfn: u8) -> Option<ARef<pci::De
     // reference returned by the lookup is handed to the `ARef`, which drops it with
     // pci_dev_put.
     Some(unsafe { ARef::from_raw(pdev.cast::<pci::Device>()) })
+}
+
+/// Whether `dev` is still on the PCI bus: the device found at its address. False from the
+/// moment its removal takes it off the bus, before the bus notifier's
+/// `BUS_NOTIFY_REMOVED_DEVICE` ([`PciGone`]); the reference the caller holds keeps its memory,
+/// not its place. May sleep (it may drop the last reference of a device found in its place).
+pub(crate) fn pci_on_bus(dev: &pci::Device) -> bool {
+    // SAFETY: `dev` is a live `struct pci_dev`, whose `bus` stays valid while it lives; the
+    // helper takes and drops its own reference on what it finds.
+    unsafe { helpers::gdrpeer_pci_dev_on_bus(pci_dev_ptr(dev)) }
 }
 
 /// The `struct pci_dev` of `dev`, for nv-p2p's DMA functions.

@@ -761,7 +761,9 @@ impl Pinned {
     ///
     /// The first mapping of a GPU's memory for a peer asks NVIDIA whether the peer may reach
     /// it ([`Pinned::probe`]). Fails with -ENXIO once revoked or released, with nv-p2p's
-    /// error, or with -EIO where the DMA API cannot map a page for the peer.
+    /// error, with -EIO where the DMA API cannot map a page for the peer, or with -ENODEV
+    /// where the peer was removed from the system (a mapping made for it then would outlive
+    /// it: [`PinEnv::peer_gone`] has run).
     pub(crate) fn dma_map(&self, peer: &ARef<pci::Device>) -> Result<Arc<KVVec<u64>>> {
         let key = sys::pci_dev_ptr(peer) as usize;
         if let Some(addresses) = self.use_mapping(key)? {
@@ -792,6 +794,14 @@ impl Pinned {
         // invariant). It may be still listed without mappings, by a thread about to take it
         // out, which will see this mapping and leave it.
         let mut pins = self.env.mapped.lock();
+        // A peer removed since it was found (a DMA_MAP names it by its address): its removal
+        // took it off the bus before its notifier swept this list, which it did before this
+        // lock was taken or will after; a mapping listed now would outlive the device.
+        if !sys::pci_on_bus(peer) {
+            drop(pins);
+            self.env.iovas.unmap(peer, &bus);
+            return Err(ENODEV);
+        }
         let mut s = self.state.lock();
         let lost = match s.phase {
             Phase::Valid => match s.maps.get_mut(&key) {

@@ -927,11 +927,7 @@ fn peer_gone_under_other_holders(how: Gone) -> TestResult {
         1,
         "kernel log lines saying what was given back as edu went"
     );
-    let content = pattern(50, K64 as usize);
-    gpu.write(mapped, &content).map_err(errno)?;
-    let dma = d
-        .dma_map(m.handle, peer)
-        .map_err(|e| format!("DMA_MAP for the edu that came back: {e}"))?;
+    let (dma, content) = map_for_edu_back(&d, &gpu, (mapped, m.handle), peer, 50)?;
     check_eq!(
         dma_counters()?,
         (1, 1),
@@ -941,6 +937,23 @@ fn peer_gone_under_other_holders(how: Gone) -> TestResult {
     check_dma_reaches(&n, &dma, &content, "the handle mapped again")?;
     n.reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64).map_err(errno)?;
     Ok(())
+}
+
+/// Fills the 64 KiB at `va` with pattern `seed` and DMA_MAPs its handle for the edu that came
+/// back: the DMA addresses and the content, for [`check_dma_reaches`].
+fn map_for_edu_back(
+    d: &gdrpeer::Device,
+    gpu: &Gpu,
+    (va, handle): (u64, u64),
+    peer: PciAddress,
+    seed: u8,
+) -> Result<(Vec<u64>, Vec<u8>), String> {
+    let content = pattern(seed, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let dma = d
+        .dma_map(handle, peer)
+        .map_err(|e| format!("DMA_MAP for the edu that came back: {e}"))?;
+    Ok((dma, content))
 }
 
 /// A driver that leaves an import past its `remove()` (gdrnic's `remove_leaves_files`, a bug a
@@ -1017,6 +1030,71 @@ fn import_left_past_remove() -> TestResult {
     eventually(5, "no mapping left once the file closed", || {
         Ok(dma_counters()? == (0, 0))
     })?;
+    Ok(())
+}
+
+/// A DMA_MAP that found edu before its removal and maps it after the removal's sweep
+/// ([`peer_gone_under_other_holders`]) must not leave a mapping to the removed device: it fails
+/// with ENODEV, as a DMA_MAP for a device that is not there does, and gives back what it
+/// mapped. edu found again is a new device that no GPU's memory was allowed for, so the
+/// handle's first mapping for it asks NVIDIA, where nvsim's `dma_map_delay_us` holds the call
+/// while edu is removed; the mapping is made after that. Before, the DMA_MAP succeeded and its
+/// mapping stayed, for a device gone from the system, until the handle's unpin (one page and
+/// one hold, which the removal's sweep had run too early to see). Mapped again for the edu
+/// that came back, the handle's DMA reaches its page.
+fn dma_map_racing_peer_removal() -> TestResult {
+    let peer = edu()?;
+    edu_removed_while(peer, || Ok(()))?;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = gdrpeer::Device::open_default().map_err(|e| e.to_string())?;
+    let h = d
+        .pin(va, K64, gdrpeer::PinFlags::empty())
+        .map_err(|e| format!("pin: {e}"))?;
+    let probes = stat("dma_map_calls")?;
+    debugfs("dma_map_delay_us", "2000000")?;
+    let raced = thread::scope(|s| {
+        let late = s.spawn(|| d.dma_map(h.handle, peer));
+        eventually(10, "DMA_MAP asleep in NVIDIA's dma_map_pages", || {
+            Ok(stat("calls_delayed")? == 1)
+        })?;
+        edu_removed_while(peer, || {
+            check_eq!(
+                stat("calls_delayed")?,
+                1,
+                "nv-p2p calls asleep once edu's removal returned (the removal took longer than \
+                 nvsim's delay)"
+            );
+            let mapped = late
+                .join()
+                .map_err(|_| "the DMA_MAP thread panicked".to_string())?;
+            check_eq!(
+                crate::helpers::fails(mapped, "DMA_MAP of the removed edu")?,
+                Errno::NODEV,
+                "DMA_MAP of an edu removed while it mapped"
+            );
+            check_eq!(
+                dma_counters()?,
+                (0, 0),
+                "gdrpeer's DMA-mapped pages and holds after a DMA_MAP that raced edu's removal"
+            );
+            Ok(())
+        })
+    });
+    let _ = debugfs("dma_map_delay_us", "0");
+    raced?;
+    check_eq!(
+        stat("dma_map_calls")? - probes,
+        1,
+        "NVIDIA dma_map_pages calls: the removed edu's, asked about once"
+    );
+    let (dma, content) = map_for_edu_back(&d, &gpu, (va, h.handle), peer, 52)?;
+    check_dma_reaches(
+        &nic()?,
+        &dma,
+        &content,
+        "the handle mapped for the edu that came back",
+    )?;
     Ok(())
 }
 
@@ -1453,6 +1531,10 @@ pub const TESTS: &[harness::Test] = &[
     (
         "gdrnic-dma-map-import-left-past-remove",
         import_left_past_remove,
+    ),
+    (
+        "gdrnic-dma-map-racing-peer-removal",
+        dma_map_racing_peer_removal,
     ),
     ("gdrpeer-failnth-gdrnic-open", || walk(&OPEN, nic_released)),
     ("gdrpeer-failnth-gdrnic-reg", || walk(&REG_OP, nic_released)),
