@@ -97,6 +97,10 @@ pub(crate) struct Context {
     /// The last id given to a notifier of one of its regions ([`Region::add_notifier`]):
     /// unique in the context, so a region keeps no counter of its own.
     notifier_ids: Atomic<u64>,
+    /// Whether its last trim ([`Context::trim`]) left it over a limit, every region it still
+    /// pins being in use: read without the lock by a front-end that would keep a region held
+    /// past its last use ([`Context::over_limits`]).
+    over_limits: Atomic<bool>,
     /// Reaps `revoked` once the context is closed, when no operation will come.
     #[pin]
     work: Work<Context>,
@@ -200,6 +204,7 @@ impl Context {
                 revoked_pending: Atomic::new(false),
                 notified <- new_condvar!("Context::notified"),
                 notifier_ids: Atomic::new(0),
+                over_limits: Atomic::new(false),
                 work <- new_work!("Context::work"),
             }),
             GFP_KERNEL,
@@ -313,7 +318,7 @@ impl Context {
             }
         };
         inner.stats.handles += 1;
-        inner.trim(&params::limits());
+        self.trim(&mut inner);
         Ok(PinInfo {
             handle,
             window: range,
@@ -471,8 +476,24 @@ impl Context {
         inner.stats.handles -= 1;
         self.unwatch(&region, event);
         self.drop_ref(&mut inner, &region);
-        inner.trim(&params::limits());
+        self.trim(&mut inner);
         Ok(())
+    }
+
+    /// Unpins unused regions while the context is over a limit, and notes whether it still is
+    /// ([`Context::over_limits`]).
+    fn trim(&self, inner: &mut Inner) {
+        let limits = params::limits();
+        inner.trim(&limits);
+        self.over_limits
+            .store(limits.exceeded_by(&inner.usage()), Relaxed);
+    }
+
+    /// Whether the context was over a limit with every region it pins in use, when its lock
+    /// was last let go: a region whose last use ends now is one the limits want unpinned. A
+    /// hint, read without the lock (the kernel API's kept registration, [`crate::kapi`]).
+    pub(crate) fn over_limits(&self) -> bool {
+        self.over_limits.load(Relaxed)
     }
 
     fn drop_ref(&self, inner: &mut Inner, region: &Arc<Region>) {
@@ -502,7 +523,7 @@ impl Context {
             Sharing::Cached,
             Tokens::default(),
         )?;
-        inner.trim(&params::limits());
+        self.trim(&mut inner);
         Ok(region)
     }
 
@@ -518,7 +539,7 @@ impl Context {
     pub(crate) fn unhold(&self, region: &Arc<Region>) {
         let mut inner = self.lock();
         self.drop_ref(&mut inner, region);
-        inner.trim(&params::limits());
+        self.trim(&mut inner);
     }
 
     /// Runs `f` on a handle's region and window.

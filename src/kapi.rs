@@ -102,9 +102,12 @@ impl KapiShared {
     /// the region needs neither the context's lock nor the region's mapping
     /// ([`KapiMr::reuse`]). One registration is kept; the one it replaces is released. A
     /// registration is released at once where the region's mappings are not kept
-    /// (`dma_map_keep=0`: the DMA use must end with it) and after gdrpeer_ctx_destroy.
+    /// (`dma_map_keep=0`: the DMA use must end with it), after gdrpeer_ctx_destroy, and where
+    /// the context is over its limits (`cache_max_regions`, `cache_max_bytes`,
+    /// `global_max_bytes`) with every region in use: the release makes the region unused, and
+    /// the limits unpin it, where kept it would stay pinned over them.
     fn park(&self, mr: KBox<KapiMr>) {
-        if !params::dma_map_keep() || self.destroyed.load(Relaxed) {
+        if !params::dma_map_keep() || self.destroyed.load(Relaxed) || self.ctx.over_limits() {
             self.release(mr);
             return;
         }

@@ -1181,6 +1181,51 @@ fn mapping_kept_while_cached() -> TestResult {
     n.dereg(again.handle).map_err(errno)
 }
 
+/// The kernel API keeps a context's last registration whole when the NIC deregisters it (its
+/// region held, for the next registration of a window in it; `design.rst`, "DMA mappings"),
+/// but not over the context's limits: with `cache_max_regions` registrations live, one more
+/// is registered (over the limit, which in-use regions may be) and deregistered; its region,
+/// unused now, must be unpinned as the limit unpins unused regions, leaving the limit's
+/// number pinned. Kept, it stayed pinned over the limit until the context's next
+/// registration. Within the limit, a deregistered registration's region stays pinned (the
+/// cache). Needs gdrpeer loaded with a small `cache_max_regions` (the plan's `-small-cache`
+/// runs).
+fn kept_registration_within_limits() -> TestResult {
+    let limit = param("cache_max_regions")?;
+    if limit == 0 || limit > 8 {
+        return Err(format!("{SKIP}needs cache_max_regions 1..8, not {limit}"));
+    }
+    let gpu = Gpu::open().map_err(errno)?;
+    let vas = (0..=limit)
+        .map(|_| gpu.alloc(K64).map(|(va, _)| va).map_err(errno))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = nic()?;
+    let pinned = || gstat("regions");
+    let before = pinned()?;
+    let live = vas
+        .iter()
+        .map(|&va| n.reg(va, K64).map_err(errno))
+        .collect::<Result<Vec<_>, _>>()?;
+    check_eq!(
+        pinned()? - before,
+        limit + 1,
+        "regions pinned with one registration more than cache_max_regions live"
+    );
+    n.dereg(live[limit as usize].handle).map_err(errno)?;
+    check_eq!(
+        pinned()? - before,
+        limit,
+        "regions pinned once the registration over the limit went"
+    );
+    n.dereg(live[0].handle).map_err(errno)?;
+    check_eq!(
+        pinned()? - before,
+        limit,
+        "regions pinned once a registration within the limit went (its region cached)"
+    );
+    Ok(())
+}
+
 /// One context's region of a page is evicted (the cache's region limit) while another
 /// context's registration of the page is outstanding: the eviction gives its hold back and
 /// the mapping stays for the other, whose DMA still reaches the page. Needs gdrpeer loaded
@@ -1516,6 +1561,10 @@ pub const TESTS: &[harness::Test] = &[
     (
         "gdrnic-dma-map-eviction-leaves-other-holders",
         eviction_leaves_other_holders,
+    ),
+    (
+        "gdrnic-dma-map-kept-registration-within-limits",
+        kept_registration_within_limits,
     ),
     ("gdrnic-dma-map-removed-peer-let-go", removed_peer_let_go),
     (
