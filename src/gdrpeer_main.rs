@@ -77,7 +77,8 @@
 //! `PinEnv::mapped` (mutex, [`nv_p2p`]), the pins that hold DMA mappings, sits between 3
 //! and 4: taken under 1 to 3 (a pin's first mapping, an unpin, the free callback) and by a
 //! PCI device's unbind or removal (under the device's lock), which gives back every pin's
-//! mapping for the device; only locks 4 and 5 are taken under it, and never with a dma-buf's
+//! mapping for the device; only locks 4 and 5 are taken under it, and the PCI bus's list of
+//! devices (a new mapping's check that its peer is still there), and never with a dma-buf's
 //! reservation lock.
 //!
 //! The free callback takes only locks of levels 4 and 5, and `PinEnv::mapped`: it settles

@@ -364,8 +364,9 @@ pub(crate) struct PinEnv {
     ///
     /// A lock between 3 and 4 of the crate's order: taken under 1 to 3 (a first mapping, an
     /// unpin, the free callback), never with a dma-buf's reservation lock; only locks 4 and 5
-    /// are taken under it, whose holders never wait for NVIDIA's lock, so the callback's wait
-    /// for it is bounded.
+    /// are taken under it, and the PCI bus's list of devices (a new mapping's check that its
+    /// peer is still there, [`sys::pci_on_bus`]), whose holders never wait for NVIDIA's lock,
+    /// so the callback's wait for it is bounded.
     #[pin]
     mapped: Mutex<RBTree<usize, ()>>,
 }
