@@ -477,3 +477,11 @@ impl ErrnoOf for gdrpeer::Error {
         self.errno().map(Errno::from_raw_os_error)
     }
 }
+
+/// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
+/// (`put_pages_delay_us`, `dma_map_delay_us`).
+pub fn delayed_call_asleep() -> TestResult {
+    eventually(10, "an nv-p2p call asleep on entry", || {
+        Ok(nvsim::testing::stat("calls_delayed")? == 1)
+    })
+}

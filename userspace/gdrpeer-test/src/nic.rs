@@ -1055,9 +1055,7 @@ fn dma_map_racing_peer_removal() -> TestResult {
     debugfs("dma_map_delay_us", "2000000")?;
     let raced = thread::scope(|s| {
         let late = s.spawn(|| d.dma_map(h.handle, peer));
-        eventually(10, "DMA_MAP asleep in NVIDIA's dma_map_pages", || {
-            Ok(stat("calls_delayed")? == 1)
-        })?;
+        crate::helpers::delayed_call_asleep()?;
         edu_removed_while(peer, || {
             check_eq!(
                 stat("calls_delayed")?,

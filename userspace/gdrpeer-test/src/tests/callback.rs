@@ -7,8 +7,8 @@
 
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    check_dma_kind, check_dma_reaches, dev, edu, eventually, fails, gdrpeer_idle, gstat,
-    iommu_translates, ok, pattern, with_nic, K64,
+    check_dma_kind, check_dma_reaches, delayed_call_asleep, dev, edu, eventually, fails,
+    gdrpeer_idle, gstat, iommu_translates, ok, pattern, with_nic, K64,
 };
 use gdrpeer::{PciAddress, PinFlags, PinState};
 use nvsim::gdrnic::Nic;
@@ -213,14 +213,6 @@ fn callback_waits_for_an_unmap() -> TestResult {
     );
     check_eq!(gstat("dma_pages_mapped")?, 0, "gdrpeer's DMA-mapped pages");
     ok(d.unpin(p.handle), "unpin")
-}
-
-/// Waits until an nv-p2p call sleeps in one of nvsim's one-shot entry delays
-/// (`put_pages_delay_us`, `dma_map_delay_us`).
-fn delayed_call_asleep() -> TestResult {
-    eventually(10, "an nv-p2p call asleep on entry", || {
-        Ok(stat("calls_delayed")? == 1)
-    })
 }
 
 /// Frees `id` while a call of `file` sleeps in nvsim on its way to NVIDIA's lock, allocates
