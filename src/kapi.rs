@@ -105,7 +105,10 @@ impl KapiShared {
     /// (`dma_map_keep=0`: the DMA use must end with it), after gdrpeer_ctx_destroy, and where
     /// the context is over its limits (`cache_max_regions`, `cache_max_bytes`,
     /// `global_max_bytes`) with every region in use: the release makes the region unused, and
-    /// the limits unpin it, where kept it would stay pinned over them.
+    /// the limits unpin it, where kept it would stay pinned over them. The context's next pin
+    /// takes it out first (`pin`), and a dma-buf export of the context that finds BAR1 full
+    /// releases it and tries again (`gdrpeer_rs_dmabuf_export`): a kept registration never
+    /// stands in the way of the context's eviction.
     fn park(&self, mr: KBox<KapiMr>) {
         if !params::dma_map_keep() || self.destroyed.load(Relaxed) || self.ctx.over_limits() {
             self.release(mr);
@@ -413,17 +416,33 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             return Err(EINVAL);
         }
         // SAFETY: `ctx` is a live `KapiCtx` (the function's contract).
-        let ctx = &unsafe { &*ctx.cast::<KapiCtx>() }.shared.ctx;
+        let shared = &unsafe { &*ctx.cast::<KapiCtx>() }.shared;
+        let ctx = &shared.ctx;
         if !ctx.is_owner() {
             return Err(EACCES);
         }
         let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-        let what = if flags & bindings::GDRPEER_DMABUF_PERSISTENT != 0 {
-            Window::Persistent(range)
-        } else {
-            Window::Range(range)
+        let what = || {
+            if flags & bindings::GDRPEER_DMABUF_PERSISTENT != 0 {
+                Window::Persistent(range)
+            } else {
+                Window::Range(range)
+            }
         };
-        let made = Export::create(ctx, what)?;
+        let made = match Export::create(ctx, what()) {
+            // BAR1 full (or memory short): the registration kept for the next pin holds a
+            // region that the pin's eviction may not take. Released, it is unused, and the
+            // pin tried again may evict it, as a registration's pin would have
+            // ([`KapiShared::park`]).
+            Err(e) if e == ENOMEM => match shared.take_parked() {
+                Some(parked) => {
+                    shared.release(parked);
+                    Export::create(ctx, what())?
+                }
+                None => return Err(e),
+            },
+            made => made?,
+        };
         // SAFETY: `offset` is writable (the function's contract).
         unsafe { offset.write(made.window.offset()) };
         Ok(made.dmabuf.into_raw().cast())

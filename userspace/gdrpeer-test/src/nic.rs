@@ -306,6 +306,51 @@ fn kept_registration() -> TestResult {
     Ok(())
 }
 
+/// BAR1 has room for two 64 KiB pages, one of them the region of the registration the kernel
+/// API keeps after its unpin: the NIC's own export of two other pages
+/// (`gdrpeer_dmabuf_export` on its context, `GDRNIC_DMABUF_KAPI`) finds BAR1 full, and the
+/// kept registration gives way (its region unused, then evicted) as it does to the context's
+/// next registration. The import moves bytes; the first registration's memory pins again.
+fn kept_registration_gives_way_to_export() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (kept, _) = gpu.alloc(K64).map_err(errno)?;
+    let (other, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let size = stat("bar1_size")?;
+    let room = stat("bar1_reserve")? + 2 * K64;
+    debugfs("bar1_size", &room.to_string())?;
+    let r = (|| {
+        let n = nic()?;
+        let mr = n.reg(kept, K64).map_err(errno)?;
+        n.dereg(mr.handle).map_err(errno)?;
+        let evictions = gstat("evictions_enomem")?;
+        let import = n
+            .reg_dmabuf(-1, DMABUF_KAPI, other, 2 * K64)
+            .map_err(|e| format!("REG_DMABUF (kernel API export) with BAR1 full: {e}"))?;
+        check_eq!(
+            gstat("evictions_enomem")? - evictions,
+            1,
+            "regions evicted for the export (the kept registration's)"
+        );
+        let data = pattern(53, 3000);
+        n.recv(import.handle, 500, &data).map_err(errno)?;
+        check!(
+            gpu.read(other + 500, data.len()).map_err(errno)? == data,
+            "the bytes the NIC received are not in GPU memory"
+        );
+        check!(
+            n.send(import.handle, 500, data.len()).map_err(errno)? == data,
+            "the bytes the NIC sent back are not those it received"
+        );
+        n.dereg(import.handle).map_err(errno)?;
+        let mr = n.reg(kept, K64).map_err(errno)?;
+        n.dereg(mr.handle).map_err(errno)
+    })();
+    debugfs("bar1_size", &size.to_string())?;
+    gpu.free(kept).map_err(errno)?;
+    gpu.free(other).map_err(errno)?;
+    r
+}
+
 /// Runs `op` (a transfer) on the NIC in a thread, and returns once the NIC has moved a few
 /// chunks of it: the caller does what must happen mid-transfer, then joins the thread.
 pub fn under_way<T: Send + 'static>(
@@ -1520,6 +1565,10 @@ pub const TESTS: &[harness::Test] = &[
     ),
     ("gdrnic-reg-loop", reg_loop),
     ("gdrnic-kept-registration", kept_registration),
+    (
+        "gdrnic-kept-registration-gives-way-to-export",
+        kept_registration_gives_way_to_export,
+    ),
     ("gdrnic-free-during-send", free_during_send),
     (
         "gdrnic-free-during-receive-writes-no-freed-memory",
