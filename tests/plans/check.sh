@@ -62,9 +62,14 @@ test_cli_json() {
 	D=/sys/kernel/debug/gdrpeer T=$(printf '\t')
 	jv() { printf '%s\n' "$1" | sed -n "s/^$2$T//p"; }
 	# A document printed by a command in the background (--hold): once it is whole.
-	# The hold leaves 15 s for the checks that read debugfs meanwhile: 5 s was
-	# not enough once, on a machine running three guests (2026-11-28).
+	# The command holds its pin (or dma-buf) for the checks that read debugfs
+	# meanwhile (a hold of 5 s ended before them once, on a machine running
+	# three guests, 2026-11-28) until the test ends it (SIGTERM, the shell's
+	# status 143), or the test's failure does (the trap), or two minutes pass.
+	holder=""
+	trap '[ -z "$holder" ] || kill $holder 2>/dev/null' EXIT
 	held() { for i in 1 2 3 4 5 6 7 8 9 10; do grep -q '^}' "$1" && return; sleep 1; done; fail "no document in $1: $(cat "$1")"; }
+	let_go() { kill "$holder"; wait "$holder"; expect_eq "$1: status once ended by SIGTERM" $? 143; holder=""; }
 	gpu=$(basename /sys/bus/pci/drivers/nvsim/0000:*)
 	bar=$(sed -n 3p /sys/bus/pci/devices/$gpu/resource)
 	lo=${bar%% *} hi=${bar#* } hi=${hi%% *}
@@ -84,8 +89,8 @@ test_cli_json() {
 	done <$D/params
 	expect_eq "info: params" "$(echo "$flat" | grep -c '^params\.')" "$n"
 
-	gdrpeer pin --alloc 0x30000 --offset 100 --len 70000 --pages --hold 15 --json >/tmp/pin.json &
-	pid=$!
+	gdrpeer pin --alloc 0x30000 --offset 100 --len 70000 --pages --hold 120 --json >/tmp/pin.json &
+	pid=$! holder=$!
 	held /tmp/pin.json
 	flat=$(gdrpeer-vmtool json </tmp/pin.json) || fail "pin --json: $(cat /tmp/pin.json)"
 	echo "$flat"
@@ -103,7 +108,7 @@ test_cli_json() {
 		fail "pin: window $aligned, $pages pages, not in the file's region (debugfs): $region"
 	expect_eq "pin: pages listed" "$(echo "$flat" | grep -c '^pages\.')" "$pages"
 	in_bar $(echo "$flat" | sed -n "s/^pages\.[0-9]*$T//p")
-	wait $pid || fail "gdrpeer pin: exit status $?"
+	let_go "gdrpeer pin --hold"
 
 	flat=$(gdrpeer pages --alloc 0x20000 --json | gdrpeer-vmtool json) || fail "pages --json"
 	echo "$flat"
@@ -126,8 +131,8 @@ test_cli_json() {
 	done
 	[ "$(jv "$flat" global.misses)" -ge 3 ] || fail "stats: the three pins above are not misses"
 
-	gdrpeer dmabuf --json --alloc 0x30000 --offset 100 --len 70000 --hold 15 >/tmp/dmabuf.json &
-	pid=$!
+	gdrpeer dmabuf --json --alloc 0x30000 --offset 100 --len 70000 --hold 120 >/tmp/dmabuf.json &
+	pid=$! holder=$!
 	held /tmp/dmabuf.json
 	flat=$(gdrpeer-vmtool json </tmp/dmabuf.json) || fail "dmabuf --json: $(cat /tmp/dmabuf.json)"
 	echo "$flat"
@@ -136,7 +141,7 @@ test_cli_json() {
 	expect_eq "dmabuf: size (fdinfo)" "$(sed -n 's/^size:[[:space:]]*//p' /proc/$pid/fdinfo/$fd)" 131072
 	expect_eq "dmabuf: exp_name (fdinfo)" "$(sed -n 's/^exp_name:[[:space:]]*//p' /proc/$pid/fdinfo/$fd)" "$(jv "$flat" fdinfo.exp_name)"
 	case $(readlink /proc/$pid/fd/$fd) in *dmabuf:*) ;; *) fail "dmabuf: fd $fd is $(readlink /proc/$pid/fd/$fd)" ;; esac
-	wait $pid || fail "gdrpeer dmabuf: exit status $?"
+	let_go "gdrpeer dmabuf --hold"
 
 	flat=$(gdrpeer gdrdrv-info --json | gdrpeer-vmtool json) || fail "gdrdrv-info --json"
 	echo "$flat"
