@@ -111,6 +111,7 @@ pub(crate) struct Made {
 }
 
 /// What to export.
+#[derive(Clone, Copy)]
 pub(crate) enum Window {
     /// A handle's window. The handle may go afterwards: the dma-buf holds the region itself.
     /// With `persistent`, the handle must be pinned persistently (-EINVAL otherwise).

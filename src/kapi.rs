@@ -422,14 +422,12 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             return Err(EACCES);
         }
         let range = GpuRange::new(va, len, params::max_pin_bytes())?;
-        let what = || {
-            if flags & bindings::GDRPEER_DMABUF_PERSISTENT != 0 {
-                Window::Persistent(range)
-            } else {
-                Window::Range(range)
-            }
+        let what = if flags & bindings::GDRPEER_DMABUF_PERSISTENT != 0 {
+            Window::Persistent(range)
+        } else {
+            Window::Range(range)
         };
-        let made = match Export::create(ctx, what()) {
+        let made = match Export::create(ctx, what) {
             // BAR1 full (or memory short): the registration kept for the next pin holds a
             // region that the pin's eviction may not take. Released, it is unused, and the
             // pin tried again may evict it, as a registration's pin would have
@@ -437,7 +435,7 @@ unsafe extern "C" fn gdrpeer_rs_dmabuf_export(
             Err(e) if e == ENOMEM => match shared.take_parked() {
                 Some(parked) => {
                     shared.release(parked);
-                    Export::create(ctx, what())?
+                    Export::create(ctx, what)?
                 }
                 None => return Err(e),
             },

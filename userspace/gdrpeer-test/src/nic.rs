@@ -317,8 +317,7 @@ fn kept_registration_gives_way_to_export() -> TestResult {
     let (other, _) = gpu.alloc(2 * K64).map_err(errno)?;
     let size = stat("bar1_size")?;
     let room = stat("bar1_reserve")? + 2 * K64;
-    debugfs("bar1_size", &room.to_string())?;
-    let r = (|| {
+    let r = with_debugfs("bar1_size", &room.to_string(), &size.to_string(), || {
         let n = nic()?;
         let mr = n.reg(kept, K64).map_err(errno)?;
         n.dereg(mr.handle).map_err(errno)?;
@@ -344,8 +343,7 @@ fn kept_registration_gives_way_to_export() -> TestResult {
         n.dereg(import.handle).map_err(errno)?;
         let mr = n.reg(kept, K64).map_err(errno)?;
         n.dereg(mr.handle).map_err(errno)
-    })();
-    debugfs("bar1_size", &size.to_string())?;
+    });
     gpu.free(kept).map_err(errno)?;
     gpu.free(other).map_err(errno)?;
     r

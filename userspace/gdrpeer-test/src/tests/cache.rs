@@ -6,7 +6,7 @@
 
 use crate::helpers::{dev, fails, gstat, ok, param, K64};
 use gdrpeer::{PinFlags, PinState};
-use nvsim::testing::{debugfs, errno, stat, Test, TestResult, SKIP};
+use nvsim::testing::{errno, stat, with_debugfs, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
 
@@ -263,8 +263,7 @@ fn bar1_exhaustion_evicts_and_retries() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let size = stat("bar1_size")?;
     let room = stat("bar1_reserve")? + 2 * K64;
-    debugfs("bar1_size", &room.to_string())?;
-    let r = (|| {
+    with_debugfs("bar1_size", &room.to_string(), &size.to_string(), || {
         let d = dev()?;
         let va: Vec<u64> = (0..3)
             .map(|_| gpu.alloc(K64).map(|a| a.0))
@@ -300,9 +299,7 @@ fn bar1_exhaustion_evicts_and_retries() -> TestResult {
             ok(d.unpin(h), "unpin")?;
         }
         Ok(())
-    })();
-    debugfs("bar1_size", &size.to_string())?;
-    r
+    })
 }
 
 /// This subject's tests, in the order they run.
