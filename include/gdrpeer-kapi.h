@@ -49,9 +49,10 @@ u32 gdrpeer_kapi_version(void);
 struct gdrpeer_ctx *gdrpeer_ctx_create(void);
 
 /*
- * Ends a context: every registration still pinned is released (unpin them
- * first to have their callbacks out of the way). From another process, or a
- * kernel thread, the pages are left to the NVIDIA driver's callback. Sleeps.
+ * Ends a context and unpins its cache. A registration still pinned lives on
+ * until its gdrpeer_mr_unpin(): its pages stay pinned and mapped, and its
+ * callback may run until then. From another process, or a kernel thread, the
+ * pages are left to the NVIDIA driver's callback. Sleeps.
  */
 void gdrpeer_ctx_destroy(struct gdrpeer_ctx *ctx);
 

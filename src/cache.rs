@@ -536,10 +536,16 @@ impl Context {
 
     /// Gives back a reference of [`Context::hold`]: the region stays cached (lazy unpin), or is
     /// released when it is out of the cache.
+    ///
+    /// Only the context's process trims here: a kernel-API registration may be unpinned from
+    /// any process or a kernel thread, which could not give evicted regions back (they would
+    /// leave the cache still pinned, and still counted against its limits); the next pin trims.
     pub(crate) fn unhold(&self, region: &Arc<Region>) {
         let mut inner = self.lock();
         self.drop_ref(&mut inner, region);
-        self.trim(&mut inner);
+        if self.is_owner() {
+            self.trim(&mut inner);
+        }
     }
 
     /// Runs `f` on a handle's region and window.
@@ -623,11 +629,14 @@ impl Context {
             book.in_lru = false;
             book.referenced = false;
         }
-        // A kept region stays pinned for its keepers; the last one's [`Context::unkeep`]
-        // releases it.
+        // A region in use stays pinned for its users: the last handle's drop below, the last
+        // keeper's [`Context::unkeep`] or the last kernel-API registration's
+        // [`Context::unhold`] releases it (a registration's DMA addresses stay valid, and its
+        // invalidate callback may come, until its unpin).
         for (_, region) in trees.iter().flat_map(|tree| tree.iter()) {
-            region.book.access_mut(&mut inner).in_tree = false;
-            if inner.book(region).kept == 0 {
+            let book = region.book.access_mut(&mut inner);
+            book.in_tree = false;
+            if book.refs == 0 {
                 inner.release(region);
             }
         }

@@ -149,7 +149,7 @@ impl MiscDevice for GdrpeerFile {
         let user = UserSlice::new(UserPtr::from_addr(arg), _IOC_SIZE(cmd));
         match cmd {
             uapi::IOCTL_GET_VERSION => get_version(user),
-            uapi::IOCTL_PIN => pin(me.owned()?, user),
+            uapi::IOCTL_PIN => pin(me.owned()?, file, user),
             uapi::IOCTL_UNPIN => unpin(me.owned()?, file, user),
             uapi::IOCTL_GET_INFO => info(me.owned()?, user),
             uapi::IOCTL_GET_PAGES => get_pages(me.owned()?, user),
@@ -215,7 +215,7 @@ fn get_version(user: UserSlice) -> Result {
     writer.write(&v)
 }
 
-fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
+fn pin(ctx: &Arc<Context>, file: &File, user: UserSlice) -> Result {
     let (mut reader, mut writer) = user.reader_writer();
     let mut p: uapi::Pin = read_arg(&mut reader, |p: &uapi::Pin| p.size)?;
     if p.flags & !uapi::PIN_FLAGS != 0 {
@@ -242,8 +242,9 @@ fn pin(ctx: &Arc<Context>, user: UserSlice) -> Result {
     p.page_count = info.window.page_count();
     p.page_size = GPU_PAGE_SIZE as u32;
     writer.write(&p).inspect_err(|_| {
-        // The caller cannot learn the handle: do not keep it (nothing maps it yet).
-        let _ = ctx.unpin(info.handle, || {});
+        // The caller cannot learn the handle: do not keep it. Another thread of the process
+        // may have mapped it meanwhile (handles are numbered in order): that goes too.
+        let _ = unpin_handle(ctx, file, info.handle);
     })
 }
 
@@ -252,9 +253,14 @@ fn unpin(ctx: &Context, file: &File, user: UserSlice) -> Result {
     if u.pad != 0 {
         return Err(EINVAL);
     }
-    // The whole of the handle's offsets: only its mappings lie there.
-    let base = (u.handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
-    ctx.unpin(u.handle, || {
+    unpin_handle(ctx, file, u.handle)
+}
+
+/// Unpins `handle`, zapping its mappings: the whole of its offsets, where only its mappings
+/// lie.
+fn unpin_handle(ctx: &Context, file: &File, handle: u64) -> Result {
+    let base = (handle << MMAP_HANDLE_SHIFT_PAGES) as usize;
+    ctx.unpin(handle, || {
         files::unmap_handle(file, base, 1 << MMAP_HANDLE_SHIFT_PAGES)
     })
 }

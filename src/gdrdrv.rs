@@ -303,8 +303,8 @@ impl MiscDevice for GdrdrvFile {
         }
         let arg = UserPtr::from_addr(arg);
         match cmd {
-            IOC_PIN_BUFFER => me.pin_ioctl(arg, |p: &mut PinBuffer| me.pin_buffer(p)),
-            IOC_PIN_BUFFER_V2 => me.pin_ioctl(arg, |p: &mut PinBufferV2| me.pin_buffer_v2(p)),
+            IOC_PIN_BUFFER => me.pin_ioctl(file, arg, |p: &mut PinBuffer| me.pin_buffer(p)),
+            IOC_PIN_BUFFER_V2 => me.pin_ioctl(file, arg, |p: &mut PinBufferV2| me.pin_buffer_v2(p)),
             IOC_UNPIN_BUFFER => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
             IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| me.get_cb_flag(c)),
             IOC_GET_INFO => update(arg, |i: &mut GetInfo| me.get_info(i)),
@@ -325,9 +325,11 @@ impl MiscDevice for GdrdrvFile {
 
 impl GdrdrvFile {
     /// Runs a PIN ioctl; when its result cannot be written back the pin is undone, as the
-    /// caller cannot learn the handle.
+    /// caller cannot learn the handle, with whatever another thread of the process mapped of
+    /// it meanwhile (handles are numbered in order).
     fn pin_ioctl<T: FromBytes + AsBytes>(
         &self,
+        file: &File,
         arg: UserPtr,
         pin: impl FnOnce(&mut T) -> Result<u64>,
     ) -> Result {
@@ -336,8 +338,7 @@ impl GdrdrvFile {
         let mut v: T = reader.read()?;
         let handle = pin(&mut v)?;
         writer.write(&v).inspect_err(|_| {
-            let _ = self.open.ctx.unpin(handle, || {});
-            self.extra.lock().remove(handle);
+            let _ = self.unpin(file, handle);
         })
     }
 

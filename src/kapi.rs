@@ -344,13 +344,13 @@ fn pin(
     let dma = region.dma_use(peer)?;
     // The window lies in the region (a hit or a new pin of it): checked once here.
     dma.window_addresses(&window)?;
-    // The hold is the registration's from here: on failure `mr` is dropped, which gives the
-    // region back.
-    drop(region.dismiss());
     let memory = match shared.take_spare() {
         Some(memory) => memory,
         None => KBox::new_uninit(GFP_KERNEL)?,
     };
+    // The hold is the registration's from here: on failure `mr` is dropped, which gives the
+    // region back.
+    drop(region.dismiss());
     let mr = KBox::write(
         memory,
         KapiMr {

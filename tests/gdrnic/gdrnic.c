@@ -106,7 +106,7 @@ struct gdrnic_dev {
 struct gdrnic_file {
 	struct gdrnic_dev *nic;
 	struct list_head node;		/* in nic->files, under its files_lock */
-	struct gdrpeer_ctx *ctx;	/* NULL once the device was removed */
+	struct gdrpeer_ctx *ctx;	/* NULL once the device was removed, or CTX_DESTROY */
 	struct pid *owner;		/* the opener's thread group: ctx's process */
 	struct mutex lock;		/* lock 1: serialises REG */
 	/*
@@ -436,7 +436,7 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 
 	mutex_lock(&f->lock);
 	/* Unbound: the device may no longer be given addresses. */
-	if (gdrnic_gone(f->nic)) {
+	if (gdrnic_gone(f->nic) || !f->ctx) {
 		mutex_unlock(&f->lock);
 		gdrnic_mr_free(f, m);
 		return -ENODEV;
@@ -489,7 +489,7 @@ static long gdrnic_reg_loop(struct gdrnic_file *f, void __user *uarg)
 	if (a.pad || !a.count || a.count > GDRNIC_REG_LOOP_MAX)
 		return -EINVAL;
 	mutex_lock(&f->lock);
-	if (gdrnic_gone(f->nic))
+	if (gdrnic_gone(f->nic) || !f->ctx)
 		ret = -ENODEV;
 	for (i = 0; !ret && i < a.count; i++) {
 		mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va + (i & 1) * a.stride,
@@ -530,6 +530,8 @@ static long gdrnic_reg_dmabuf(struct gdrnic_file *f, void __user *uarg)
 		u32 flags = a.flags & GDRNIC_DMABUF_KAPI_PERSISTENT ?
 			    GDRPEER_DMABUF_PERSISTENT : 0;
 
+		if (!f->ctx)
+			return -ENODEV;
 		dmabuf = gdrpeer_dmabuf_export_flags(f->ctx, a.offset, a.len, flags, &offset);
 	} else {
 		dmabuf = dma_buf_get(a.fd);
@@ -1504,7 +1506,7 @@ static long gdrnic_fuzz(struct gdrnic_file *f, void __user *uarg)
 	s->a->first_failure_errno = 0;
 	memset(s->a->counts, 0, sizeof(s->a->counts));
 
-	if (gdrnic_gone(f->nic)) {
+	if (gdrnic_gone(f->nic) || !f->ctx) {
 		ret = -ENODEV;
 		goto out;
 	}
@@ -1560,11 +1562,32 @@ static long gdrnic_ioctl_locked(struct gdrnic_file *f, unsigned int cmd, void __
 	}
 }
 
+/*
+ * CTX_DESTROY: the file's context goes, its registrations stay. Taken as the
+ * device's removal takes it, so that no ioctl runs meanwhile: the others read
+ * f->ctx under remove_sem.
+ */
+static long gdrnic_ctx_destroy(struct gdrnic_file *f)
+{
+	long ret = -ENODEV;
+
+	down_write(&f->nic->remove_sem);
+	if (!f->nic->removed && f->ctx) {
+		gdrpeer_ctx_destroy(f->ctx);
+		f->ctx = NULL;
+		ret = 0;
+	}
+	up_write(&f->nic->remove_sem);
+	return ret;
+}
+
 static long gdrnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct gdrnic_file *f = file->private_data;
 	long ret = -ENODEV;
 
+	if (cmd == GDRNIC_IOCTL_CTX_DESTROY)
+		return gdrnic_ctx_destroy(f);
 	/* A removed device's files have no registrations nor context left. */
 	down_read(&f->nic->remove_sem);
 	if (!f->nic->removed)

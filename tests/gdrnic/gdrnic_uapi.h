@@ -234,5 +234,13 @@ struct gdrnic_fuzz_args {
 #define GDRNIC_IOCTL_DMA_READ	_IOW(GDRNIC_IOCTL_MAGIC, 7, struct gdrnic_dma_read_args)
 #define GDRNIC_IOCTL_DMABUF_SEGS _IOWR(GDRNIC_IOCTL_MAGIC, 8, struct gdrnic_segs_args)
 #define GDRNIC_IOCTL_REG_LOOP	_IOW(GDRNIC_IOCTL_MAGIC, 9, struct gdrnic_reg_loop_args)
+/*
+ * CTX_DESTROY: ends the file's gdrpeer context (gdrpeer_ctx_destroy()) and
+ * leaves its registrations live, as a driver whose teardown ends a context
+ * before its memory registrations: DEREG, SEND and RECV still work on them;
+ * REG, REG_LOOP, FUZZ and a KAPI REG_DMABUF fail with -ENODEV from then on,
+ * as does a second CTX_DESTROY.
+ */
+#define GDRNIC_IOCTL_CTX_DESTROY _IO(GDRNIC_IOCTL_MAGIC, 10)
 
 #endif /* _UAPI_GDRNIC_H_ */

@@ -29,6 +29,7 @@ mod sanity;
 mod sigbus;
 mod stress;
 mod tests;
+mod uffd;
 mod vmm;
 
 use helpers::all_released;

@@ -306,6 +306,46 @@ fn kept_registration() -> TestResult {
     Ok(())
 }
 
+/// A context destroyed by its own process with a registration live (gdrnic's CTX_DESTROY, as a
+/// driver whose teardown ends a context before its memory registrations): the registration
+/// lives on until its unpin, as kernel-api.rst says: its region stays pinned, the NIC's DMA
+/// through it reaches the page, and when NVIDIA frees the memory its invalidate callback
+/// comes. Before, the destroy gave the region back at once (put_pages, its DMA mapping
+/// unmapped) under the NIC's registration, which was never told: no callback at the free.
+fn destroy_leaves_registrations() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let content = pattern(47, K64 as usize);
+    gpu.write(va, &content).map_err(errno)?;
+    let n = nic()?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    let regions = gstat("regions")?;
+    let invalidations = nstat("invalidations")?;
+    n.ctx_destroy().map_err(errno)?;
+    check_eq!(
+        gstat("regions")?,
+        regions,
+        "regions pinned after the context's destroy, its registration live"
+    );
+    expect_err(n.reg(va, K64), Errno::NODEV, "REG after CTX_DESTROY")?;
+    check_dma_reaches(
+        &n,
+        &mr.dma,
+        &content,
+        "the registration of a destroyed context",
+    )?;
+    gpu.free(va).map_err(errno)?;
+    check_eq!(
+        nstat("invalidations")? - invalidations,
+        1,
+        "invalidate callbacks at the free of the registration's memory"
+    );
+    eventually(5, "the revoked region gone", || {
+        Ok(gstat("regions")? == regions - 1)
+    })?;
+    n.dereg(mr.handle).map_err(errno)
+}
+
 /// BAR1 has room for two 64 KiB pages, one of them the region of the registration the kernel
 /// API keeps after its unpin: the NIC's own export of two other pages
 /// (`gdrpeer_dmabuf_export` on its context, `GDRNIC_DMABUF_KAPI`) finds BAR1 full, and the
@@ -1222,6 +1262,42 @@ fn mapping_kept_while_cached() -> TestResult {
     n.dereg(again.handle).map_err(errno)
 }
 
+/// A context over its region limit with every region in use: `cache_max_regions` + 1
+/// registrations live, one 64 KiB allocation each ([`over_limit`]).
+struct OverLimit {
+    limit: u64,
+    /// Holds the allocations: bind it (`gpu: _gpu`), or they go.
+    gpu: Gpu,
+    vas: Vec<u64>,
+    n: Nic,
+    live: Vec<Mr>,
+}
+
+/// [`OverLimit`], or a skip unless gdrpeer was loaded with a small `cache_max_regions` (the
+/// plan's `-small-cache` runs).
+fn over_limit() -> Result<OverLimit, String> {
+    let limit = param("cache_max_regions")?;
+    if limit == 0 || limit > 8 {
+        return Err(format!("{SKIP}needs cache_max_regions 1..8, not {limit}"));
+    }
+    let gpu = Gpu::open().map_err(errno)?;
+    let vas = (0..=limit)
+        .map(|_| gpu.alloc(K64).map(|(va, _)| va).map_err(errno))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = nic()?;
+    let live = vas
+        .iter()
+        .map(|&va| n.reg(va, K64).map_err(errno))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(OverLimit {
+        limit,
+        gpu,
+        vas,
+        n,
+        live,
+    })
+}
+
 /// The kernel API keeps a context's last registration whole when the NIC deregisters it (its
 /// region held, for the next registration of a window in it; `design.rst`, "DMA mappings"),
 /// but not over the context's limits: with `cache_max_regions` registrations live, one more
@@ -1232,21 +1308,15 @@ fn mapping_kept_while_cached() -> TestResult {
 /// cache). Needs gdrpeer loaded with a small `cache_max_regions` (the plan's `-small-cache`
 /// runs).
 fn kept_registration_within_limits() -> TestResult {
-    let limit = param("cache_max_regions")?;
-    if limit == 0 || limit > 8 {
-        return Err(format!("{SKIP}needs cache_max_regions 1..8, not {limit}"));
-    }
-    let gpu = Gpu::open().map_err(errno)?;
-    let vas = (0..=limit)
-        .map(|_| gpu.alloc(K64).map(|(va, _)| va).map_err(errno))
-        .collect::<Result<Vec<_>, _>>()?;
-    let n = nic()?;
     let pinned = || gstat("regions");
     let before = pinned()?;
-    let live = vas
-        .iter()
-        .map(|&va| n.reg(va, K64).map_err(errno))
-        .collect::<Result<Vec<_>, _>>()?;
+    let OverLimit {
+        limit,
+        gpu: _gpu,
+        n,
+        live,
+        ..
+    } = over_limit()?;
     check_eq!(
         pinned()? - before,
         limit + 1,
@@ -1264,6 +1334,45 @@ fn kept_registration_within_limits() -> TestResult {
         limit,
         "regions pinned once a registration within the limit went (its region cached)"
     );
+    Ok(())
+}
+
+/// A registration deregistered from another process than its context's (a forked child on
+/// the parent's file; a NIC's teardown work in a kernel thread alike), with the context over
+/// its region limit and every region in use: that process cannot give pages back (NVIDIA
+/// knows them by the owner's tgid), so the unpin must leave the region it made unused in the
+/// cache, for the owner's next pin to trim or hit. Before, the unpin trimmed there: the region
+/// was evicted, its release left to NVIDIA's callback, out of the cache but still pinned and
+/// counted against the limits, so that the context's trims evicted every other unused region
+/// too; the owner's registration of the memory again was a new pin. Needs gdrpeer loaded with
+/// a small `cache_max_regions` (the plan's `-small-cache` runs).
+fn dereg_elsewhere_leaves_cache() -> TestResult {
+    let OverLimit {
+        gpu: _gpu,
+        vas,
+        n,
+        live,
+        ..
+    } = over_limit()?;
+    let (deferred, hits) = (gstat("deferred_releases")?, gstat("hits")?);
+    let first = live[0].handle;
+    let child = proc::fork(|| n.dereg(first).map_err(errno))?;
+    proc::wait(child)?;
+    check_eq!(
+        gstat("deferred_releases")? - deferred,
+        0,
+        "releases left to NVIDIA's callback by the child's deregistration"
+    );
+    let again = n.reg(vas[0], K64).map_err(errno)?;
+    check_eq!(
+        gstat("hits")? - hits,
+        1,
+        "cache hits: the owner's registration of the memory the child deregistered"
+    );
+    n.dereg(again.handle).map_err(errno)?;
+    for mr in &live[1..] {
+        n.dereg(mr.handle).map_err(errno)?;
+    }
     Ok(())
 }
 
@@ -1567,6 +1676,10 @@ pub const TESTS: &[harness::Test] = &[
         "gdrnic-kept-registration-gives-way-to-export",
         kept_registration_gives_way_to_export,
     ),
+    (
+        "gdrnic-destroy-leaves-registrations",
+        destroy_leaves_registrations,
+    ),
     ("gdrnic-free-during-send", free_during_send),
     (
         "gdrnic-free-during-receive-writes-no-freed-memory",
@@ -1610,6 +1723,10 @@ pub const TESTS: &[harness::Test] = &[
     (
         "gdrnic-dma-map-kept-registration-within-limits",
         kept_registration_within_limits,
+    ),
+    (
+        "gdrnic-dma-map-dereg-elsewhere-leaves-cache",
+        dereg_elsewhere_leaves_cache,
     ),
     ("gdrnic-dma-map-removed-peer-let-go", removed_peer_let_go),
     (

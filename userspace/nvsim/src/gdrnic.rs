@@ -119,6 +119,7 @@ const FUZZ: ioctl::Opcode = ioctl::opcode::read_write::<FuzzArgs>(MAGIC, 6);
 const DMA_READ: ioctl::Opcode = ioctl::opcode::write::<DmaReadArgs>(MAGIC, 7);
 const DMABUF_SEGS: ioctl::Opcode = ioctl::opcode::read_write::<SegsArgs>(MAGIC, 8);
 const REG_LOOP: ioctl::Opcode = ioctl::opcode::write::<RegLoopArgs>(MAGIC, 9);
+const CTX_DESTROY: ioctl::Opcode = ioctl::opcode::none(MAGIC, 10);
 /// A command gdrnic does not know (number 0 is none of its): its dispatch returns ENOTTY
 /// at once, so the ioctl costs the system call alone.
 const UNKNOWN: ioctl::Opcode = ioctl::opcode::none(MAGIC, 0);
@@ -363,6 +364,12 @@ impl Nic {
             }
             cap = n;
         }
+    }
+
+    /// Ends the file's gdrpeer context, its registrations left live (CTX_DESTROY).
+    pub fn ctx_destroy(&self) -> Result<(), Errno> {
+        // SAFETY: CTX_DESTROY takes no argument.
+        unsafe { ioctl::ioctl(&self.fd, ioctl::NoArg::<CTX_DESTROY>::new()) }
     }
 
     pub fn dereg(&self, handle: u32) -> Result<(), Errno> {

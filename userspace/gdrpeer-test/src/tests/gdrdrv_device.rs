@@ -10,6 +10,7 @@
 
 use crate::helpers::{eventually, gstat, mapping_round_trip, ok, pattern, small_region_limit, K64};
 use crate::proc::dies_of_sigbus;
+use crate::uffd;
 use gdrpeer::gdrdrv::Gdrdrv;
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -21,7 +22,7 @@ use rustix::{
 };
 
 #[repr(C)]
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 struct PinBuffer {
     addr: u64,
     size: u64,
@@ -88,6 +89,34 @@ fn ioctl<T>(fd: &OwnedFd, cmd: u64, arg: &mut T) -> Result<(), Errno> {
     Ok(())
 }
 
+/// [`ioctl`] with the argument at `arg`, which the call may write through.
+fn ioctl_at<T>(fd: &OwnedFd, cmd: u64, arg: *mut T) -> Result<(), Errno> {
+    // SAFETY: `arg` points to the struct the command takes (the caller's).
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as _, arg) };
+    if r < 0 {
+        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap());
+    }
+    Ok(())
+}
+
+/// A new shared mapping of handle `h`'s first 64 KiB (at file offset `h << 12`), the
+/// caller's to unmap.
+fn map_handle(fd: &OwnedFd, h: u64) -> Result<*mut u8, String> {
+    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            K64 as usize,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            h << 12,
+        )
+    };
+    p.map(|p| p.cast())
+        .map_err(|e| format!("mmap of handle {h} (offset {h} << 12): {e}"))
+}
+
 fn gdrdrv() -> Result<OwnedFd, String> {
     open(
         "/dev/gdrdrv",
@@ -143,21 +172,10 @@ fn gdrdrv_pin_map_unpin() -> TestResult {
     check_eq!(i.mapping_type, 0, "mapping type before mmap (NONE)");
     check!(i.tsc_khz != 0, "tsc_khz");
 
-    // SAFETY: a new shared mapping of the pin, unmapped below.
-    let ptr = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            K64 as usize,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            &fd,
-            h << 12,
-        )
-    }
-    .map_err(|e| format!("mmap at handle << 12: {e}"))?;
+    let ptr = map_handle(&fd, h)?;
     let data = pattern(3, K64 as usize);
     // SAFETY: the mapping is K64 bytes long.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.cast::<u8>(), data.len()) };
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
     check_eq!(
         gpu.read(va, data.len()).map_err(errno)?,
         data,
@@ -168,7 +186,7 @@ fn gdrdrv_pin_map_unpin() -> TestResult {
     let mut u = Handle { handle: h };
     ioctl(&fd, UNPIN_BUFFER, &mut u).map_err(|e| format!("UNPIN while mapped: {e}"))?;
     // SAFETY: our mapping; its pages are zapped, unmapping is fine.
-    unsafe { munmap(ptr, K64 as usize) }.map_err(errno)?;
+    unsafe { munmap(ptr.cast(), K64 as usize) }.map_err(errno)?;
     check_eq!(
         ioctl(&fd, UNPIN_BUFFER, &mut u),
         Err(Errno::INVAL),
@@ -283,6 +301,47 @@ fn gdrdrv_access_after_unpin_and_close_is_sigbus() -> TestResult {
     )
 }
 
+/// A PIN_BUFFER whose result cannot be written back is undone, as the caller cannot learn
+/// the handle; but another thread of the process can guess it (a file's handles are numbered
+/// in order from 0) and map it before the write-back fails. The undo must zap that mapping,
+/// as UNPIN_BUFFER does: the other thread's access afterwards faults (SIGBUS). The write-back
+/// is held in a userfaultfd while the other thread maps the handle and reads GPU memory
+/// through it, then fails (EFAULT). Before, the undo zapped nothing: the page-table entries
+/// stayed, to BAR pages that the region's eviction gives back to NVIDIA for other pins.
+fn gdrdrv_pin_write_back_failure_zaps_mappings() -> TestResult {
+    dies_of_sigbus(
+        "a child that read through a mapping of a PIN_BUFFER undone",
+        || {
+            let fd = gdrdrv()?;
+            let gpu = Gpu::open().map_err(errno)?;
+            let (va, _) = gpu.alloc(K64).map_err(errno)?;
+            let data = pattern(61, K64 as usize);
+            gpu.write(va, &data).map_err(errno)?;
+            let arg = PinBuffer {
+                addr: va,
+                size: K64,
+                ..Default::default()
+            };
+            let mut mapped = None;
+            let pinned = uffd::with_failed_write_back(
+                &arg,
+                |p| ioctl_at(&fd, PIN_BUFFER, p),
+                || {
+                    // The file's first handle, 0, which GET_INFO_V2 already knows.
+                    let mut i = InfoV2::default();
+                    ioctl(&fd, GET_INFO_V2, &mut i).map_err(|e| format!("GET_INFO_V2 0: {e}"))?;
+                    check_eq!(i.va, va, "handle 0's address while its PIN_BUFFER returns");
+                    let p = map_handle(&fd, 0)?;
+                    uffd::reads(p, &data)?;
+                    mapped = Some(p);
+                    Ok(())
+                },
+            )?;
+            uffd::undone_mapping_faults("PIN_BUFFER", pinned, mapped)
+        },
+    )
+}
+
 pub const TESTS: &[Test] = &[
     ("gdrdrv-pin-map-unpin", gdrdrv_pin_map_unpin),
     (
@@ -292,5 +351,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrdrv-access-after-unpin-and-close-is-sigbus",
         gdrdrv_access_after_unpin_and_close_is_sigbus,
+    ),
+    (
+        "gdrdrv-pin-write-back-failure-zaps-mappings",
+        gdrdrv_pin_write_back_failure_zaps_mappings,
     ),
 ];

@@ -13,11 +13,12 @@ use crate::helpers::{
 use crate::proc::{
     byte, dies_of_sigbus, fork, recv_fd, send_byte, send_fd, unix_pair, wait, wait_status,
 };
+use crate::uffd;
 use gdrpeer::{uapi, PinFlags, PinState};
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
-    fd::{AsFd, BorrowedFd},
+    fd::{AsFd, AsRawFd, BorrowedFd},
     io::Errno,
     mm::{mmap, mprotect, mremap, munmap, MapFlags, MprotectFlags, MremapFlags, ProtFlags},
 };
@@ -321,6 +322,55 @@ fn mmap_access_after_unpin_is_sigbus() -> TestResult {
         m.write(8, &[0x55]);
         Err("wrote through the mapping after UNPIN".to_string())
     })
+}
+
+/// A PIN whose result cannot be written back is undone, as the caller cannot learn the
+/// handle; but another thread of the process can guess it (a file's handles are numbered 1,
+/// 2, ...) and map it before the write-back fails. The undo must zap that mapping, as UNPIN
+/// does: the other thread's access afterwards faults (SIGBUS). The write-back is held in a
+/// userfaultfd while the other thread maps handle 1 and reads GPU memory through it, then
+/// fails (EFAULT). Before, the undo zapped nothing: the page-table entries stayed, to BAR
+/// pages that the region's eviction gives back to NVIDIA for other pins.
+fn mmap_pin_write_back_failure_zaps_mappings() -> TestResult {
+    dies_of_sigbus(
+        "a child that read through a mapping of a PIN undone",
+        || {
+            let gpu = Gpu::open().map_err(errno)?;
+            let (va, _) = gpu.alloc(K64).map_err(errno)?;
+            let data = pattern(62, K64 as usize);
+            gpu.write(va, &data).map_err(errno)?;
+            let d = dev()?;
+            let arg = uapi::Pin {
+                size: std::mem::size_of::<uapi::Pin>() as u32,
+                va,
+                len: K64,
+                ..Default::default()
+            };
+            let mut mapped = None;
+            let pinned = uffd::with_failed_write_back(
+                &arg,
+                |p| {
+                    // SAFETY: `p` points to a `struct gdrpeer_pin`, which PIN reads and
+                    // writes back.
+                    let r = unsafe { libc::ioctl(d.as_fd().as_raw_fd(), uapi::IOCTL_PIN as _, p) };
+                    if r < 0 {
+                        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap());
+                    }
+                    Ok(())
+                },
+                || {
+                    let info = ok(d.info(1), "GET_INFO of handle 1 while its PIN returns")?;
+                    check_eq!(info.aligned_va, va, "handle 1's address");
+                    let p = raw_map(d.as_fd(), 1, 0, K64 as usize)
+                        .map_err(|e| format!("mmap of handle 1: {e}"))?;
+                    uffd::reads(p, &data)?;
+                    mapped = Some(p);
+                    Ok(())
+                },
+            )?;
+            uffd::undone_mapping_faults("PIN", pinned, mapped)
+        },
+    )
 }
 
 /// A mapped region is in use: eviction over `cache_max_regions` leaves it pinned and mapped
@@ -721,5 +771,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-mmap-write-combining-reserved-for-its-pages",
         mmap_write_combining_reserved_for_its_pages,
+    ),
+    (
+        "gdrpeer-mmap-pin-write-back-failure-zaps-mappings",
+        mmap_pin_write_back_failure_zaps_mappings,
     ),
 ];
