@@ -622,6 +622,11 @@ impl Device {
             // GDRPEER_MMAP_OFFSET cannot encode it.
             return Err(Error::ioctl(Op::Mmap, Errno::OVERFLOW));
         }
+        if offset > uapi::MMAP_OFFSET_MASK {
+            // Past any window (as the kernel answers a range past the window); encoded, it
+            // would wrap into the window's first bytes.
+            return Err(Error::ioctl(Op::Mmap, Errno::INVAL));
+        }
         Mapping::new(
             self.fd.as_fd(),
             uapi::mmap_offset(handle, offset),

@@ -128,6 +128,12 @@ fn mmap_past_the_window_is_einval() -> TestResult {
             "from an offset, past the end",
         ),
         (uapi::MMAP_OFFSET_MASK & !(K4 - 1), K4 as usize, "far past"),
+        // Past what an offset can encode: the library must not wrap it into the window.
+        (
+            1 << uapi::MMAP_HANDLE_SHIFT,
+            K4 as usize,
+            "2^40, which the offset bits cannot hold",
+        ),
     ] {
         check_eq!(fails(d.map(p.handle, off, len), what)?, Errno::INVAL, what);
     }
