@@ -85,6 +85,12 @@ pub struct RegCacheStats {
 }
 
 /// A registration: where `ptr` is in a pinned window.
+///
+/// Its handle is the cache's: valid until the cache drops the entry, which a later
+/// [`RegCache::get`] may do (to stay within `max_entries`, least recently used first, or for
+/// an allocation that overlaps it), and which unpins it. A mapping or a DMA mapping made of
+/// the handle ends with that unpin (a CPU mapping's next access raises SIGBUS), so use what
+/// it gives before the next `get`, or pin through the [`Device`] what must last.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registration {
     /// The gdrpeer handle of the whole allocation's pin.
