@@ -50,7 +50,6 @@ mod kept;
 mod region;
 
 pub(crate) use handles::Numbering;
-use inner::region_put_handle;
 pub(crate) use inner::Inner;
 pub(crate) use region::{DmaUse, Region};
 
@@ -640,9 +639,11 @@ impl Context {
                 inner.release(region);
             }
         }
+        // Every region is out of its tree now: a handle's drop releases its region unless
+        // another user still holds it.
         for (_, h) in handles.iter() {
             self.unwatch(&h.region, h.event);
-            region_put_handle(&mut inner, &h.region);
+            self.drop_ref(&mut inner, &h.region);
         }
         inner.stats.handles = 0;
         drop(inner);

@@ -71,16 +71,6 @@ pub(super) struct Book {
     pub(super) kept: u32,
 }
 
-/// At close: drops a handle's reference on its region and releases the region unless
-/// another user (a kept reference, a kernel-API registration) still holds it.
-pub(super) fn region_put_handle(inner: &mut Inner, region: &Arc<Region>) {
-    let book = region.book.access_mut(inner);
-    book.refs -= 1;
-    if book.refs == 0 {
-        inner.release(region);
-    }
-}
-
 /// Index of a kind's tree in `Inner::regions`.
 pub(super) fn tree_index(kind: PinKind) -> usize {
     match kind {

@@ -222,18 +222,13 @@ fn sigbus_after_unpin() -> TestResult {
 /// What a process that did not open the file gets for `handle`: EACCES for mmap, GET_INFO_V2
 /// and read.
 fn not_opener_gets_eacces(fd: BorrowedFd<'_>, handle: u64) -> TestResult {
-    use rustix::mm::{mmap, MapFlags, ProtFlags};
-    // SAFETY: a new mapping at an address of the kernel's choice; it must fail.
-    let r = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            K4 as usize,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            fd,
-            gdrdrv::mmap_offset(handle, 0),
-        )
-    };
+    // It must fail: nothing to unmap.
+    let r = crate::helpers::raw_mmap(
+        fd,
+        gdrdrv::mmap_offset(handle, 0),
+        K4 as usize,
+        rustix::mm::MapFlags::SHARED,
+    );
     check_eq!(r.err(), Some(Errno::ACCESS), "mmap");
     let mut i = gdrdrv::GetInfoV2 {
         handle,

@@ -35,6 +35,30 @@ pub unsafe fn cuda_entry<T: Copy>(lib: &libloading::Library, name: &str) -> Resu
         .map_err(|e| format!("{name}: {e}"))
 }
 
+/// A new read-write mapping (`flags`: `MAP_SHARED`, or `MAP_PRIVATE` for a test that
+/// expects a refusal) of `len` bytes of `fd` at byte `offset`: its address, or the errno. The
+/// caller unmaps it, or leaves it to the process's exit.
+pub fn raw_mmap(
+    fd: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+    flags: rustix::mm::MapFlags,
+) -> Result<*mut u8, Errno> {
+    use rustix::mm::{mmap, ProtFlags};
+    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            flags,
+            fd,
+            offset,
+        )
+    }?;
+    Ok(p.cast())
+}
+
 pub fn dev() -> Result<Device, String> {
     Device::open_default().map_err(|e| e.to_string())
 }

@@ -8,6 +8,7 @@
 //! REQ_MAPPING_TYPE's answers and the type each request maps with; and mmap's refusals, in
 //! gdrdrv's order.
 
+use crate::helpers::raw_mmap;
 use crate::helpers::ErrnoOf;
 use crate::helpers::{ok, pattern, K64};
 use gdrpeer::gdrdrv::{self as lib, Gdrdrv};
@@ -17,7 +18,7 @@ use rustix::{
     fd::{AsFd, BorrowedFd, OwnedFd},
     fs::{open, Mode, OFlags},
     io::Errno,
-    mm::{mmap, munmap, MapFlags, ProtFlags},
+    mm::{munmap, MapFlags},
 };
 
 const PAGE: u64 = 4096;
@@ -55,22 +56,9 @@ struct RawMap {
 
 impl RawMap {
     fn new(fd: BorrowedFd<'_>, offset: u64, len: usize, flags: MapFlags) -> Result<Self, Errno> {
-        // SAFETY: a new mapping at an address of the kernel's choice replaces nothing; the
-        // RawMap owns it and unmaps it once.
-        let ptr = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                flags,
-                fd,
-                offset,
-            )
-        }?;
-        Ok(RawMap {
-            ptr: ptr.cast(),
-            len,
-        })
+        // The RawMap owns the mapping and unmaps it once.
+        let ptr = raw_mmap(fd, offset, len, flags)?;
+        Ok(RawMap { ptr, len })
     }
 
     fn write(&self, at: usize, data: &[u8]) {

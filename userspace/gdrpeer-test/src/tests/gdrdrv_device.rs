@@ -8,6 +8,7 @@
 //! gdr_close order (UNPIN, close, then a touch: SIGBUS). `gdrdrv_abi` has libgdrapi's calls,
 //! the handles' numbering, REQ_MAPPING_TYPE and mmap's refusals.
 
+use crate::helpers::raw_mmap;
 use crate::helpers::{eventually, gstat, mapping_round_trip, ok, pattern, small_region_limit, K64};
 use crate::proc::dies_of_sigbus;
 use crate::uffd;
@@ -15,10 +16,10 @@ use gdrpeer::gdrdrv::Gdrdrv;
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
-    fd::{AsRawFd, OwnedFd},
+    fd::{AsFd, AsRawFd, OwnedFd},
     fs::{open, Mode, OFlags},
     io::{read, Errno},
-    mm::{mmap, munmap, MapFlags, ProtFlags},
+    mm::{munmap, MapFlags},
 };
 
 #[repr(C)]
@@ -102,18 +103,7 @@ fn ioctl_at<T>(fd: &OwnedFd, cmd: u64, arg: *mut T) -> Result<(), Errno> {
 /// A new shared mapping of handle `h`'s first 64 KiB (at file offset `h << 12`), the
 /// caller's to unmap.
 fn map_handle(fd: &OwnedFd, h: u64) -> Result<*mut u8, String> {
-    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
-    let p = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            K64 as usize,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            fd,
-            h << 12,
-        )
-    };
-    p.map(|p| p.cast())
+    raw_mmap(fd.as_fd(), h << 12, K64 as usize, MapFlags::SHARED)
         .map_err(|e| format!("mmap of handle {h} (offset {h} << 12): {e}"))
 }
 

@@ -7,6 +7,7 @@
 //! and eviction leave it working); and its end when the handle is unpinned or NVIDIA frees the
 //! memory: zapped before the pages can go, SIGBUS after.
 
+use crate::helpers::raw_mmap;
 use crate::helpers::{
     dev, eventually, fails, mapping_round_trip, ok, pattern, small_region_limit, K64,
 };
@@ -20,7 +21,7 @@ use nvsim::{check, check_eq, Gpu};
 use rustix::{
     fd::{AsFd, AsRawFd, BorrowedFd},
     io::Errno,
-    mm::{mmap, mprotect, mremap, munmap, MapFlags, MprotectFlags, MremapFlags, ProtFlags},
+    mm::{mprotect, mremap, munmap, MapFlags, MprotectFlags, MremapFlags},
 };
 
 const K4: u64 = 4096;
@@ -164,20 +165,15 @@ fn mmap_private_is_einval() -> TestResult {
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
     let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
-    // SAFETY: a new mapping at an address of the kernel's choice; unmapped below if made.
-    let r = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            K4 as usize,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::PRIVATE,
-            d.as_fd(),
-            uapi::mmap_offset(p.handle, 0),
-        )
-    };
+    let r = raw_mmap(
+        d.as_fd(),
+        uapi::mmap_offset(p.handle, 0),
+        K4 as usize,
+        MapFlags::PRIVATE,
+    );
     if let Ok(ptr) = r {
         // SAFETY: the mapping just made.
-        let _ = unsafe { munmap(ptr, K4 as usize) };
+        let _ = unsafe { munmap(ptr.cast(), K4 as usize) };
     }
     check_eq!(r.err(), Some(Errno::INVAL), "MAP_PRIVATE");
     ok(d.unpin(p.handle), "unpin")
@@ -423,18 +419,7 @@ fn mmap_survives_eviction() -> TestResult {
 /// A raw shared mmap of `len` bytes of `handle`'s window from `off` on `fd`: the address,
 /// or the errno (a mapping made is the caller's to unmap).
 fn raw_map(fd: BorrowedFd<'_>, handle: u64, off: u64, len: usize) -> Result<*mut u8, Errno> {
-    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
-    let r = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            len,
-            ProtFlags::READ | ProtFlags::WRITE,
-            MapFlags::SHARED,
-            fd,
-            uapi::mmap_offset(handle, off),
-        )
-    };
-    r.map(|p| p.cast())
+    raw_mmap(fd, uapi::mmap_offset(handle, off), len, MapFlags::SHARED)
 }
 
 /// A child forked before the parent maps: its mmap of the inherited file is EACCES while the
