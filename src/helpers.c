@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdrpeer: the C side of src/vma.rs, src/dma_buf.rs, src/iova.rs and
- * src/sys.rs: a lockdep map, which Rust cannot define statically, and what
+ * gdrpeer: the C side of src/vma.rs, src/dma_buf.rs, src/iova.rs,
+ * src/miscdev.rs and src/sys.rs: a lockdep map, which Rust cannot define
+ * statically, and what
  * bindgen cannot reach portably: vm_flags_set() and pgprot_writecombine() are
  * static inlines or macros on some architectures (arm64), the fault's vma,
  * pgoff and address sit in an anonymous const struct of struct vm_fault whose
  * generated Rust name depends on the layout, sg_dma_len() names a field that
  * exists only with CONFIG_NEED_SG_DMA_LENGTH, arch_io_reserve_memtype_wc() is
  * a static inline where the architecture keeps no memory types, and so are
- * dma_mapping_error(), device_is_registered() and, on x86, pci_domain_nr().
+ * dma_mapping_error(), device_is_registered() and, on x86, pci_domain_nr(),
+ * and FMODE_NOWAIT and IOCB_NOWAIT are macros with casts.
  */
 #include <linux/dma-mapping.h>
+#include <linux/fs.h>
 #include <linux/io.h>
 #include <linux/lockdep.h>
 #include <linux/mm.h>
@@ -108,4 +111,14 @@ void gdrpeer_invalidate_might_wait(void)
 {
 	lock_map_acquire(&gdrpeer_invalidate_map);
 	lock_map_release(&gdrpeer_invalidate_map);
+}
+
+void gdrpeer_file_set_nowait(struct file *file)
+{
+	file->f_mode |= FMODE_NOWAIT;
+}
+
+bool gdrpeer_kiocb_nowait(const struct kiocb *iocb)
+{
+	return iocb->ki_flags & IOCB_NOWAIT;
 }

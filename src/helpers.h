@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * gdrpeer: C helpers of src/vma.rs, src/dma_buf.rs, src/iova.rs and src/sys.rs
+ * gdrpeer: C helpers of src/vma.rs, src/dma_buf.rs, src/iova.rs, src/miscdev.rs and
+ * src/sys.rs
  * (src/helpers.c). The Rust side is generated from this header by bindgen, so
  * that the two cannot drift.
  */
@@ -8,6 +9,7 @@
 #define _GDRPEER_HELPERS_H_
 
 #include <linux/device.h>
+#include <linux/fs.h>
 #include <linux/mm_types.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
@@ -65,5 +67,14 @@ bool gdrpeer_pci_dev_on_bus(struct pci_dev *pdev);
 void gdrpeer_invalidate_begin(void);
 void gdrpeer_invalidate_end(void);
 void gdrpeer_invalidate_might_wait(void);
+
+/*
+ * Claims FMODE_NOWAIT for @file, being opened: its reads honour IOCB_NOWAIT
+ * (gdrpeer_kiocb_nowait()), so RWF_NOWAIT reads are taken and io_uring tries
+ * them inline before it polls. A macro with a cast, which bindgen cannot read.
+ */
+void gdrpeer_file_set_nowait(struct file *file);
+/* Whether @iocb is IOCB_NOWAIT: the read must fail with -EAGAIN, not wait. */
+bool gdrpeer_kiocb_nowait(const struct kiocb *iocb);
 
 #endif

@@ -15,10 +15,11 @@
 //!
 //! Only the operations gdrpeer's devices use are here: `open`, `release`, `mmap`,
 //! `read_iter`, `unlocked_ioctl` (and `compat_ptr_ioctl`, as the kernel crate sets it) and
-//! `poll`.
+//! `poll`. Their files claim `FMODE_NOWAIT`: a read asks [`may_block`] whether it may wait.
 //!
 //! TODO: goes when the kernel crate's `MiscDevice` gains `poll`.
 
+use crate::sys::helpers;
 use core::marker::PhantomData;
 use kernel::{
     bindings,
@@ -163,14 +164,17 @@ pub(crate) trait MiscDevice: Sized {
     }
 }
 
-/// Whether a read through `kiocb` may wait: the file is not `O_NONBLOCK`. (`IOCB_NOWAIT` is
-/// never set: the files do not claim `FMODE_NOWAIT`, so io_uring reads them from a worker.)
+/// Whether a read through `kiocb` may wait: the file is not `O_NONBLOCK` and the read is not
+/// `IOCB_NOWAIT` (a `RWF_NOWAIT` read, io_uring's first try; every file claims
+/// `FMODE_NOWAIT`, so both come here rather than fail or go to a worker).
 pub(crate) fn may_block<T: ForeignOwnable>(kiocb: &Kiocb<'_, T>) -> bool {
     let raw = kiocb.as_raw();
     // SAFETY: the kiocb of a read in progress is valid for the call, and so is the file it
     // reads, which the read holds.
     let file_flags = unsafe { (*(*raw).ki_filp).f_flags };
-    file_flags & file::flags::O_NONBLOCK == 0
+    // SAFETY: as above.
+    let nowait = unsafe { helpers::gdrpeer_kiocb_nowait(raw) };
+    file_flags & file::flags::O_NONBLOCK == 0 && !nowait
 }
 
 /// The file operations of a [`MiscDevice`] `T`, less the owner (set at registration).
@@ -204,6 +208,9 @@ impl<T: MiscDevice> MiscdeviceVTable<T> {
         // INVARIANT: from here to `release`, the private data is `T::Ptr`'s.
         // SAFETY: the open of a file may write its private data.
         unsafe { (*raw_file).private_data = ptr.into_foreign() };
+        // SAFETY: the file is being opened and has no descriptor yet, so nothing else reads or
+        // writes its mode. Every read of a misc device here asks `may_block`.
+        unsafe { helpers::gdrpeer_file_set_nowait(raw_file) };
         0
     }
 

@@ -200,7 +200,10 @@ int gdrpeer_export_dmabuf_range(const gdrpeer_t *g, uint64_t va, uint64_t len, u
  * Reads up to max queued revocation events (module ABI 1.3) into events,
  * which has room for max records (max > 0), oldest first; each event is
  * returned once. Waits up to timeout_ms milliseconds for one (0: not at all,
- * -1: for ever). Returns the number read, 0 if none came in time.
+ * -1: for ever). Returns the number read, 0 if none came in time. With a
+ * timeout, a module of ABI 1.6 or later is never waited on past it, also
+ * when threads read one gdrpeer_t at once; before 1.6 a thread that another
+ * beat to the last event waits in read(2) for the next.
  */
 int gdrpeer_read_events(const gdrpeer_t *g, struct gdrpeer_lib_event *events, size_t max,
 			int timeout_ms);

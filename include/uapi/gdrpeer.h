@@ -19,7 +19,7 @@
 
 /* ABI version: major << 16 | minor. Same major and minor >= yours: compatible. */
 #define GDRPEER_ABI_MAJOR 1
-#define GDRPEER_ABI_MINOR 5
+#define GDRPEER_ABI_MINOR 6
 #define GDRPEER_ABI_VERSION ((GDRPEER_ABI_MAJOR << 16) | GDRPEER_ABI_MINOR)
 
 #define GDRPEER_IOCTL_MAGIC 0xDB
@@ -185,7 +185,9 @@ struct gdrpeer_stats {
  * file readable (EPOLLIN | EPOLLRDNORM) while events are queued, and read(2)
  * returns them as whole struct gdrpeer_event records, oldest first, as many
  * as fit in the buffer. A buffer smaller than one record: -EINVAL; nothing
- * queued: -EAGAIN with O_NONBLOCK, else read waits (interruptibly). Each
+ * queued: -EAGAIN with O_NONBLOCK, else read waits (interruptibly). Since
+ * ABI 1.6 a RWF_NOWAIT read (preadv2(), io_uring) fails with -EAGAIN instead
+ * of waiting, for the queue or for another thread's read of it. Each
  * revocation of a handle is reported once; UNPIN and close are not reported.
  * Only the process that opened the file may read it (-EACCES; poll reports
  * EPOLLERR to others). /dev/gdrdrv files report their revoked handles the

@@ -74,6 +74,7 @@ pub struct EventOut {
 }
 
 const _: () = assert!(size_of::<EventOut>() == size_of::<gdrpeer::uapi::Event>());
+const _: () = assert!(align_of::<EventOut>() == align_of::<gdrpeer::uapi::Event>());
 // The sizes libgdrpeer.h's structs have (its C test program asserts the same).
 const _: () = assert!(size_of::<Version>() == 12);
 const _: () = assert!(size_of::<PinOut>() == 32);
@@ -490,24 +491,15 @@ pub unsafe extern "C" fn gdrpeer_read_events(
         return bad_arg("gdrpeer_read_events: no room for an event");
     }
     let max = max.min(c_int::MAX as usize / size_of::<EventOut>());
-    // SAFETY: the caller's contract: `events` has room for `max` records; read(2) writes
-    // whole records only.
-    let buf =
-        unsafe { std::slice::from_raw_parts_mut(events.cast::<u8>(), max * size_of::<EventOut>()) };
+    // SAFETY: the caller's contract: `events` has room for `max` records, laid out as the
+    // uAPI's (asserted above); the read writes whole records only.
+    let out = unsafe { std::slice::from_raw_parts_mut(events.cast::<gdrpeer::uapi::Event>(), max) };
+    let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
     // SAFETY: the caller's contract.
     let r = unsafe {
         with(g, "gdrpeer_read_events: no device", |d| {
             use gdrpeer::EventSource;
-            if timeout_ms >= 0 && !d.wait_events(Some(Duration::from_millis(timeout_ms as u64)))? {
-                return Ok(0);
-            }
-            loop {
-                match rustix::io::read(d.as_fd(), &mut *buf) {
-                    Err(rustix::io::Errno::INTR) if timeout_ms < 0 => continue,
-                    Err(e) => return Err(Error::from_errno(Op::ReadEvents, e.raw_os_error())),
-                    Ok(n) => return Ok(n / size_of::<EventOut>()),
-                }
-            }
+            d.read_records(out, timeout)
         })
     };
     match r {

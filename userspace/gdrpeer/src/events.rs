@@ -9,9 +9,9 @@ use crate::{uapi, Error, Op};
 use rustix::{
     event::{poll, PollFd, PollFlags, Timespec},
     fd::AsFd,
-    io::Errno,
+    io::{preadv2, Errno, IoSliceMut, ReadWriteFlags},
 };
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What happened to a handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,15 +89,56 @@ pub trait EventSource: AsFd {
 
     /// Reads the queued events, oldest first, waiting (read(2) blocks) until there is one.
     fn read_events(&self) -> Result<Vec<Event>, Error> {
-        read_batch(self.as_fd())
+        self.read_events_within(None)
     }
 
     /// The events queued now, without waiting: empty if there are none.
     fn try_read_events(&self) -> Result<Vec<Event>, Error> {
-        if !self.wait_events(Some(Duration::ZERO))? {
-            return Ok(Vec::new());
+        self.read_events_within(Some(Duration::ZERO))
+    }
+
+    /// Reads the queued events, oldest first, waiting up to `timeout` (`None`: for ever) for
+    /// one: empty if none came in time, or if a signal ended the wait.
+    fn read_events_within(&self, timeout: Option<Duration>) -> Result<Vec<Event>, Error> {
+        let mut raw = [uapi::Event::default(); BATCH];
+        let n = self.read_records(&mut raw, timeout)?;
+        Ok(raw[..n].iter().map(|&e| e.into()).collect())
+    }
+
+    /// Reads up to `out.len()` records into `out`, oldest first, waiting up to `timeout`
+    /// (`None`: for ever) for one; how many. 0: none came in time, or a signal ended a wait
+    /// with a timeout.
+    ///
+    /// With a timeout the read itself never waits: it is a `RWF_NOWAIT` read (ABI 1.6), so a
+    /// thread that another thread's read beat to the last event goes back to poll(2) rather
+    /// than block in read(2) until the next revocation. A module older than 1.6 refuses
+    /// `RWF_NOWAIT` (EOPNOTSUPP): the read there is poll(2) then read(2), which can block so.
+    fn read_records(
+        &self,
+        out: &mut [uapi::Event],
+        timeout: Option<Duration>,
+    ) -> Result<usize, Error> {
+        let fd = self.as_fd();
+        let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) else {
+            return read_once(fd, out, false);
+        };
+        loop {
+            match read_once(fd, out, true) {
+                Err(e) if e.errno() == Some(Errno::AGAIN.raw_os_error()) => {}
+                Err(e) if e.errno() == Some(Errno::OPNOTSUPP.raw_os_error()) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    return match self.wait_events(Some(left))? {
+                        true => read_once(fd, out, false),
+                        false => Ok(0),
+                    };
+                }
+                r => return r,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.wait_events(Some(left))? {
+                return Ok(0);
+            }
         }
-        read_batch(self.as_fd())
     }
 
     /// The events as they come, one at a time, waiting for each.
@@ -112,15 +153,27 @@ pub trait EventSource: AsFd {
     }
 }
 
-/// One read(2) of up to [`BATCH`] records.
-fn read_batch(fd: rustix::fd::BorrowedFd<'_>) -> Result<Vec<Event>, Error> {
-    let mut raw = [uapi::Event::default(); BATCH];
-    // SAFETY: the array is plain old data of `BATCH` records; the bytes view of it lives
-    // only for the read.
+/// One read of up to `out.len()` records into `out`: a read(2) that waits for one unless the
+/// file is `O_NONBLOCK` (and goes on after a signal), or with `nowait` a `RWF_NOWAIT` read,
+/// EAGAIN when none is queued.
+fn read_once(
+    fd: rustix::fd::BorrowedFd<'_>,
+    out: &mut [uapi::Event],
+    nowait: bool,
+) -> Result<usize, Error> {
+    // SAFETY: the records are plain old data; the bytes view of them lives only for the read,
+    // which writes whole records (checked below).
     let bytes =
-        unsafe { std::slice::from_raw_parts_mut(raw.as_mut_ptr().cast::<u8>(), size_of_val(&raw)) };
+        unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of_val(out)) };
     let n = loop {
-        match rustix::io::read(fd, &mut *bytes) {
+        let r = if nowait {
+            let mut iov = [IoSliceMut::new(&mut *bytes)];
+            // u64::MAX: the file's own position, as read(2) uses (which gdrpeer ignores).
+            preadv2(fd, &mut iov, u64::MAX, ReadWriteFlags::NOWAIT)
+        } else {
+            rustix::io::read(fd, &mut *bytes)
+        };
+        match r {
             Err(Errno::INTR) => continue,
             r => break r.map_err(|errno| Error::ioctl(Op::ReadEvents, errno))?,
         }
@@ -129,10 +182,7 @@ fn read_batch(fd: rustix::fd::BorrowedFd<'_>) -> Result<Vec<Event>, Error> {
         // The uAPI returns whole records only.
         return Err(Error::ioctl(Op::ReadEvents, Errno::IO));
     }
-    Ok(raw[..n / size_of::<uapi::Event>()]
-        .iter()
-        .map(|&e| e.into())
-        .collect())
+    Ok(n / size_of::<uapi::Event>())
 }
 
 /// The iterator of [`EventSource::events`]: blocks for the next event; ends at the first
@@ -154,6 +204,52 @@ impl<S: EventSource> Iterator for Events<'_, S> {
                 Ok(v) => self.queued = v.into_iter(),
                 Err(e) => return Some(Err(e)),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::os::fd::BorrowedFd;
+
+    /// A file read as an event source: `/dev/zero` takes `RWF_NOWAIT` reads, as gdrpeer's
+    /// files do since ABI 1.6; `/dev/full` reads the same zeros but refuses them
+    /// (EOPNOTSUPP), as gdrpeer's files did before, and polls readable.
+    struct Source(File);
+
+    impl AsFd for Source {
+        fn as_fd(&self) -> BorrowedFd<'_> {
+            self.0.as_fd()
+        }
+    }
+
+    impl EventSource for Source {}
+
+    fn source(path: &str) -> Source {
+        Source(File::open(path).expect(path))
+    }
+
+    #[test]
+    fn nowait_reads_and_their_fallback_return_records() {
+        for path in ["/dev/zero", "/dev/full"] {
+            let src = source(path);
+            let mut out = [uapi::Event::default(); 3];
+            for timeout in [Some(Duration::ZERO), Some(Duration::from_secs(1)), None] {
+                let n = src.read_records(&mut out, timeout);
+                assert_eq!(n.ok(), Some(3), "{path}, {timeout:?}");
+            }
+            let got = src.try_read_events().expect(path);
+            assert_eq!(got.len(), BATCH, "{path}");
+            assert_eq!(
+                got[0],
+                Event {
+                    handle: 0,
+                    kind: EventKind::Other(0)
+                },
+                "{path}"
+            );
         }
     }
 }

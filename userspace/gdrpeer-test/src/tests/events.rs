@@ -3,7 +3,7 @@
 //! Invalidation events of `/dev/gdrpeer` (ABI 1.3): the file polls readable when NVIDIA frees
 //! memory one of its handles pins, and read(2) returns each revoked handle once, as
 //! `struct gdrpeer_event` records; UNPIN is not an event; the errors of a read; epoll
-//! waiting on `/dev/gdrpeer` and `/dev/gdrdrv` at once.
+//! waiting on `/dev/gdrpeer` and `/dev/gdrdrv` at once; reads that must not wait (ABI 1.6).
 
 use crate::helpers::{dev, ok, K64};
 use gdrpeer::PinFlags;
@@ -145,19 +145,48 @@ fn epoll_ready(ep: BorrowedFd<'_>, ms: i64) -> Result<Vec<u64>, String> {
     Ok(tags)
 }
 
-/// A `/dev/gdrpeer` file and a `/dev/gdrdrv` file in one epoll set, each pinning a buffer of
-/// its own: epoll_wait reports neither before a free; freeing the first buffer makes it
-/// report the first file alone, until its event is read; freeing the second, the second.
-fn events_wake_epoll_on_both_devices() -> TestResult {
-    use gdrpeer::{gdrdrv::Gdrdrv, EventSource};
-    use rustix::event::epoll;
+/// A buffer pinned through a `/dev/gdrpeer` file and another through a `/dev/gdrdrv` file.
+struct BothDevices {
+    d: gdrpeer::Device,
+    g: gdrpeer::gdrdrv::Gdrdrv,
+    /// The `/dev/gdrpeer` handle and the `/dev/gdrdrv` handle.
+    handles: (u64, u64),
+    /// The buffers' ids, for nvsim's `free`.
+    ids: (u64, u64),
+    /// Last, so that the files close before the buffers go.
+    _gpu: Gpu,
+}
+
+fn both_devices() -> Result<BothDevices, String> {
     let gpu = Gpu::open().map_err(errno)?;
     let (va1, id1) = gpu.alloc(K64).map_err(errno)?;
     let (va2, id2) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
-    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    let g = ok(gdrpeer::gdrdrv::Gdrdrv::open_default(), "open /dev/gdrdrv")?;
     let p = ok(d.pin(va1, K64, PinFlags::empty()), "pin")?;
     let h = ok(g.pin_v2(va2, K64, 0), "PIN_BUFFER_V2")?;
+    Ok(BothDevices {
+        d,
+        g,
+        handles: (p.handle, h),
+        ids: (id1, id2),
+        _gpu: gpu,
+    })
+}
+
+/// A `/dev/gdrpeer` file and a `/dev/gdrdrv` file in one epoll set, each pinning a buffer of
+/// its own: epoll_wait reports neither before a free; freeing the first buffer makes it
+/// report the first file alone, until its event is read; freeing the second, the second.
+fn events_wake_epoll_on_both_devices() -> TestResult {
+    use gdrpeer::EventSource;
+    use rustix::event::epoll;
+    let BothDevices {
+        d,
+        g,
+        handles: (p, h),
+        ids: (id1, id2),
+        _gpu,
+    } = both_devices()?;
     let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(errno)?;
     for (fd, tag) in [(d.as_fd(), 1), (g.as_fd(), 2)] {
         epoll::add(
@@ -177,7 +206,7 @@ fn events_wake_epoll_on_both_devices() -> TestResult {
     );
     check_eq!(
         read_events(d.as_fd())?,
-        vec![(p.handle, 1)],
+        vec![(p, 1)],
         "/dev/gdrpeer's event"
     );
     check_eq!(
@@ -201,8 +230,154 @@ fn events_wake_epoll_on_both_devices() -> TestResult {
         vec![],
         "ready after both events were read"
     );
-    ok(d.unpin(p.handle), "unpin")?;
+    ok(d.unpin(p), "unpin")?;
     ok(g.unpin(h), "UNPIN")
+}
+
+/// A `RWF_NOWAIT` read (ABI 1.6: io_uring's first try, the library's reads with a timeout)
+/// of a blocking file, on each device.
+fn nowait_read(fd: BorrowedFd<'_>) -> rustix::io::Result<usize> {
+    use rustix::io::{preadv2, IoSliceMut, ReadWriteFlags};
+    let mut buf = [0u8; 4 * RECORD];
+    preadv2(
+        fd,
+        &mut [IoSliceMut::new(&mut buf)],
+        u64::MAX,
+        ReadWriteFlags::NOWAIT,
+    )
+}
+
+/// On a blocking `/dev/gdrpeer` file and a blocking `/dev/gdrdrv` file, each pinning a buffer
+/// of its own: a `RWF_NOWAIT` read with nothing queued fails at once with EAGAIN (not
+/// EOPNOTSUPP, what a file that does not claim `FMODE_NOWAIT` answers, nor a wait); once
+/// the buffer is freed it returns the event. A thread frees the buffers after 3 s, so that a
+/// read which waits ends, with the event where EAGAIN was due.
+fn events_nowait_read_never_waits() -> TestResult {
+    let BothDevices {
+        d,
+        g,
+        handles: (p, h),
+        ids: (id1, id2),
+        _gpu,
+    } = both_devices()?;
+    let (done, freed) = std::sync::mpsc::channel::<()>();
+    let freer = std::thread::spawn(move || {
+        if freed
+            .recv_timeout(std::time::Duration::from_secs(3))
+            .is_err()
+        {
+            // A read waited: end it.
+            debugfs("free", &id1.to_string())?;
+            debugfs("free", &id2.to_string())?;
+        }
+        Ok::<(), String>(())
+    });
+    let first = [
+        ("/dev/gdrpeer", nowait_read(d.as_fd())),
+        ("/dev/gdrdrv", nowait_read(g.as_fd())),
+    ];
+    let _ = done.send(());
+    freer.join().map_err(|_| "freeing thread panicked")??;
+    for (name, r) in first {
+        check_eq!(
+            r,
+            Err(Errno::AGAIN),
+            format!("RWF_NOWAIT read of {name} with no event")
+        );
+    }
+    debugfs("free", &id1.to_string())?;
+    debugfs("free", &id2.to_string())?;
+    for (name, fd) in [("/dev/gdrpeer", d.as_fd()), ("/dev/gdrdrv", g.as_fd())] {
+        check!(readable(fd, 1000)?, "{name} not readable after the free");
+        check_eq!(
+            nowait_read(fd),
+            Ok(RECORD),
+            format!("RWF_NOWAIT read of {name}'s event")
+        );
+    }
+    ok(d.unpin(p), "unpin")?;
+    ok(g.unpin(h), "UNPIN")
+}
+
+/// Four threads wait with `read_events_within` (up to 3 s) on one file; one free queues one
+/// event and wakes them all: one thread gets it, and the others go back to waiting and
+/// return empty at their timeout, rather than wait in read(2) for an event that another
+/// thread took. Should they wait so, the test frees three more pinned buffers after 6 s, one
+/// at a time until every reader returned, and fails.
+fn events_timed_reads_share_one_event() -> TestResult {
+    use gdrpeer::EventSource;
+    use std::time::Duration;
+    const READERS: usize = 4;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(K64).map_err(errno)?;
+    let d = std::sync::Arc::new(dev()?);
+    let p = ok(d.pin(va, K64, PinFlags::empty()), "pin")?;
+    let mut spares = Vec::new();
+    for _ in 1..READERS {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        spares.push((
+            ok(d.pin(va, K64, PinFlags::empty()), "pin a spare")?.handle,
+            id,
+        ));
+    }
+    let returned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let readers: Vec<_> = (0..READERS)
+        .map(|_| {
+            let (d, returned) = (d.clone(), returned.clone());
+            std::thread::spawn(move || {
+                let r = d.read_events_within(Some(Duration::from_secs(3)));
+                returned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                r
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    debugfs("free", &id.to_string())?;
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let ids: Vec<u64> = spares.iter().map(|&(_, id)| id).collect();
+    let unsticker = std::thread::spawn(move || {
+        if finished.recv_timeout(Duration::from_secs(6)).is_ok() {
+            return Ok::<bool, String>(false);
+        }
+        // One event at a time, so that each wakes one waiting reader.
+        for id in ids {
+            let before = returned.load(std::sync::atomic::Ordering::SeqCst);
+            if before == READERS {
+                break;
+            }
+            debugfs("free", &id.to_string())?;
+            for _ in 0..50 {
+                if returned.load(std::sync::atomic::Ordering::SeqCst) > before {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(true)
+    });
+    let mut got = Vec::new();
+    let mut errors = Vec::new();
+    for r in readers {
+        match r.join().map_err(|_| "reading thread panicked")? {
+            Ok(v) => got.extend(v.into_iter().map(|e| e.handle)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    let _ = done.send(());
+    let stuck = unsticker
+        .join()
+        .map_err(|_| "unsticking thread panicked")??;
+    check!(
+        !stuck,
+        "readers waited past their timeout, until more frees (events got: {got:?})"
+    );
+    check_eq!(errors, Vec::<String>::new(), "errors of the reads");
+    check_eq!(got, vec![p.handle], "events the four readers got");
+    ok(d.unpin(p.handle), "unpin")?;
+    for (h, _) in spares {
+        ok(d.unpin(h), "unpin a spare")?;
+    }
+    Ok(())
 }
 
 pub const TESTS: &[Test] = &[
@@ -217,5 +392,13 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-wake-epoll-on-both-devices",
         events_wake_epoll_on_both_devices,
+    ),
+    (
+        "gdrpeer-events-nowait-read-never-waits",
+        events_nowait_read_never_waits,
+    ),
+    (
+        "gdrpeer-events-timed-reads-share-one-event",
+        events_timed_reads_share_one_event,
     ),
 ];
