@@ -75,10 +75,11 @@
 //! [`gdrdrv`]), a gdrdrv file's per-handle data, taken before or after lock 1, never with it.
 //!
 //! `PinEnv::mapped` (mutex, [`nv_p2p`]), the pins that hold DMA mappings, sits between 3
-//! and 4: taken under 1 to 3 (a pin's first mapping, an unpin, the free callback) and by a
-//! PCI device's unbind or removal (under the device's lock), which gives back every pin's
-//! mapping for the device; only locks 4 and 5 are taken under it, and the PCI bus's list of
-//! devices (a new mapping's check that its peer is still there), and never with a dma-buf's
+//! and 4: taken under 1 to 3 (a pin's first mapping, an unpin, the free callback, a last
+//! use's end) and by a PCI device's unbind or removal (under the device's lock), which gives
+//! back every pin's mapping for the device; every DMA mapping of a pin is made and given
+//! back under it. Only locks 4 and 5 are taken under it, and the PCI bus's list of devices
+//! (a new mapping's check that its peer is still there), and never with a dma-buf's
 //! reservation lock.
 //!
 //! The free callback takes only locks of levels 4 and 5, and `PinEnv::mapped`: it settles

@@ -279,14 +279,17 @@ impl Drop for Mapper<'_> {
     }
 }
 
-/// A pin being given back ([`Pinned::begin_release`]): its phase is `Releasing`, its DMA
-/// mappings were taken out of the state (gdrpeer's own, [`Iovas`]), and the access it holds
-/// keeps a callback that comes meanwhile from letting NVIDIA free the table while a probe
-/// still has to give NVIDIA's mapping back ([`Pinned::probe`]). `dma_unmap_pages` takes no
-/// NVIDIA lock (only the mapping list's own), so that wait is bounded.
+/// A pin being given back ([`Pinned::begin_release`]): its phase is `Releasing`, so no DMA
+/// mapping is added, and those it has (gdrpeer's own, [`Iovas`]) go in
+/// [`Release::unmap_all`]. The access it holds keeps a callback that comes meanwhile from
+/// letting NVIDIA free the table while a probe still has to give NVIDIA's mapping back
+/// ([`Pinned::probe`]). `dma_unmap_pages` takes no NVIDIA lock (only the mapping list's own),
+/// and the unmaps wait only for [`PinEnv::mapped`], whose holders wait for neither NVIDIA nor
+/// a pin's users, so that wait is bounded.
 struct Release<'a> {
     access: Access<'a>,
-    maps: RBTree<usize, PeerMap>,
+    /// Whether the pin had DMA mappings as it became `Releasing`.
+    mapped: bool,
 }
 
 /// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
@@ -362,11 +365,17 @@ pub(crate) struct PinEnv {
     /// thread giving it back, revoking it or ending its last use holds it), and its drop takes
     /// it out if nothing did (a pin dropped with its table and mappings).
     ///
+    /// Every mapping is made and given back under this lock, in the same hold as it enters or
+    /// leaves a pin's `maps` ([`Pinned::dma_map`], [`PinEnv::give_back`]): whoever takes a
+    /// mapping out has unmapped it before anyone else sees the list, so a peer's removal that
+    /// swept the list leaves no unmap for the peer behind it.
+    ///
     /// A lock between 3 and 4 of the crate's order: taken under 1 to 3 (a first mapping, an
-    /// unpin, the free callback), never with a dma-buf's reservation lock; only locks 4 and 5
-    /// are taken under it, and the PCI bus's list of devices (a new mapping's check that its
-    /// peer is still there, [`sys::pci_on_bus`]), whose holders never wait for NVIDIA's lock,
-    /// so the callback's wait for it is bounded.
+    /// unpin, the free callback, a last use's end), never with a dma-buf's reservation lock;
+    /// only locks 4 and 5 are taken under it, and the PCI bus's list of devices (a new
+    /// mapping's check that its peer is still there, [`sys::pci_on_bus`]), whose holders never
+    /// wait for NVIDIA's lock, so the callback's wait for it is bounded (its holders map or
+    /// unmap pages, never wait for a pin's users nor for NVIDIA).
     #[pin]
     mapped: Mutex<RBTree<usize, ()>>,
 }
@@ -382,10 +391,26 @@ impl PinEnv {
         })
     }
 
-    /// Takes `pin` out of [`PinEnv::mapped`] unless it has mappings (again).
-    fn unlist(&self, pin: &Pinned) {
+    /// Takes out of `pin`'s state, under its lock, the mappings `take` picks, and gives them
+    /// back, all under the list's lock; then takes `pin` out of the list if it has no mapping
+    /// left. A peer's removal ([`PinEnv::peer_gone`]) thus finds each mapping either in a
+    /// pin's state or given back, never on its way out: no unmap for the peer runs after its
+    /// removal's sweep.
+    fn give_back<M>(
+        &self,
+        pin: &Pinned,
+        take: impl FnOnce(&mut State) -> M,
+        unmap: impl FnOnce(M),
+    ) {
         let mut pins = self.mapped.lock();
-        if pin.state.lock().maps.is_empty() {
+        let (maps, empty) = {
+            let mut s = pin.state.lock();
+            let maps = take(&mut s);
+            (maps, s.maps.is_empty())
+        };
+        unmap(maps);
+        // No mapping is added meanwhile: that takes this lock.
+        if empty {
             pins.remove(&pin.key());
         }
     }
@@ -783,6 +808,21 @@ impl Pinned {
         let mut bus = KVVec::with_capacity(n, GFP_KERNEL)?;
         self.copy_addresses(None, 0, &mut bus)?;
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
+        // Mapped and listed under the list's lock (`PinEnv::mapped` invariant), so that a
+        // peer's removal sweeps this mapping or comes before it is made. It may be still
+        // listed without mappings, by a thread about to take it out, which will see this
+        // mapping and leave it.
+        let mut pins = self.env.mapped.lock();
+        // A peer removed since it was found (a DMA_MAP names it by its address): its removal
+        // took it off the bus before its notifier swept this list, which it did before this
+        // lock was taken or will after; a mapping made now would outlive the device.
+        if !sys::pci_on_bus(peer) {
+            return Err(ENODEV);
+        }
+        // Another thread mapped `peer` meanwhile, or the pin went.
+        if let Some(addresses) = self.use_mapping(key)? {
+            return Ok(addresses);
+        }
         self.env.iovas.map(peer, &bus, &mut addresses)?;
         let addresses = match Arc::new(addresses, GFP_KERNEL) {
             Ok(addresses) => addresses,
@@ -791,49 +831,27 @@ impl Pinned {
                 return Err(e.into());
             }
         };
-        // Listed before its first mapping shows, under the list's lock (`PinEnv::mapped`
-        // invariant). It may be still listed without mappings, by a thread about to take it
-        // out, which will see this mapping and leave it.
-        let mut pins = self.env.mapped.lock();
-        // A peer removed since it was found (a DMA_MAP names it by its address): its removal
-        // took it off the bus before its notifier swept this list, which it did before this
-        // lock was taken or will after; a mapping listed now would outlive the device.
-        if !sys::pci_on_bus(peer) {
-            drop(pins);
-            self.env.iovas.unmap(peer, &bus);
-            return Err(ENODEV);
-        }
         let mut s = self.state.lock();
-        let lost = match s.phase {
-            Phase::Valid => match s.maps.get_mut(&key) {
-                // Another thread mapped `peer` meanwhile: use its mapping, give ours back.
-                Some(m) => {
-                    m.uses += 1;
-                    Ok(m.addresses.clone())
-                }
-                None => {
-                    if s.maps.is_empty() {
-                        pins.insert(listing.into_node(self.key(), ()));
-                    }
-                    // INVARIANT: the pin's pages, in order, held on the Iovas for `peer`.
-                    let map = PeerMap {
-                        peer: peer.clone(),
-                        bus,
-                        addresses: addresses.clone(),
-                        uses: 1,
-                    };
-                    s.maps.insert(node.into_node(key, map));
-                    return Ok(addresses);
-                }
-            },
-            // Given back or revoked since: its mappings went, ours goes too. No peer has
-            // seen its addresses.
-            _ => Err(ENXIO),
+        // No mapping for `peer` was added meanwhile (that takes the list's lock), but the
+        // pin may have been given back or revoked since `use_mapping`: its mappings went,
+        // ours goes too. No peer has seen its addresses.
+        if s.phase != Phase::Valid {
+            drop(s);
+            self.env.iovas.unmap(peer, &bus);
+            return Err(ENXIO);
+        }
+        if s.maps.is_empty() {
+            pins.insert(listing.into_node(self.key(), ()));
+        }
+        // INVARIANT: the pin's pages, in order, held on the Iovas for `peer`.
+        let map = PeerMap {
+            peer: peer.clone(),
+            bus,
+            addresses: addresses.clone(),
+            uses: 1,
         };
-        drop(s);
-        drop(pins);
-        self.env.iovas.unmap(peer, &bus);
-        lost
+        s.maps.insert(node.into_node(key, map));
+        Ok(addresses)
     }
 
     /// Counts a use of `peer`'s mapping (by `key`) if there is one, returning its addresses
@@ -864,27 +882,35 @@ impl Pinned {
     /// another, with other addresses, which this use did not count).
     pub(crate) fn dma_unuse(&self, peer: &pci::Device, addresses: &Arc<KVVec<u64>>, keep: bool) {
         let key = sys::pci_dev_ptr(peer) as usize;
-        let (map, emptied) = {
+        {
             let mut s = self.state.lock();
-            let Some(m) = s.maps.get_mut(&key) else {
+            let Some(m) = counted(&mut s, key, addresses) else {
                 return;
             };
-            if !Arc::ptr_eq(&m.addresses, addresses) {
+            // Not the last use, or the last of a mapping kept: no unmap.
+            if m.uses > 1 || keep {
+                m.uses -= 1;
                 return;
             }
-            m.uses -= 1;
-            if m.uses > 0 || keep {
-                return;
-            }
-            let map = s.maps.remove(&key);
-            (map, s.maps.is_empty())
-        };
-        if let Some(map) = map {
-            map.unmap(&self.env.iovas);
         }
-        if emptied {
-            self.env.unlist(self);
-        }
+        // The last use, which gives the mapping back, under the list's lock. Counted down
+        // there, where it is checked again: uses may have come or the mapping gone meanwhile.
+        self.env.give_back(
+            self,
+            |s| {
+                let m = counted(s, key, addresses)?;
+                m.uses -= 1;
+                if m.uses > 0 {
+                    return None;
+                }
+                s.maps.remove(&key)
+            },
+            |map| {
+                if let Some(map) = map {
+                    map.unmap(&self.env.iovas);
+                }
+            },
+        );
     }
 
     /// Asks NVIDIA whether `peer` may reach the table, whose pages are on `gpu`:
@@ -1011,11 +1037,7 @@ impl Pinned {
             Ok(release) => release,
             Err(done) => return done,
         };
-        let listed = !release.maps.is_empty();
-        let table = release.unmap_all(&this.env.iovas);
-        if listed {
-            this.env.unlist(this);
-        }
+        let table = release.unmap_all(this);
         let ret = this.put_table(table);
         drop(pass);
         Self::finish_release(owner, ret)
@@ -1040,8 +1062,9 @@ impl Pinned {
         let access = Access::take(self, &mut s, &[Phase::Pinning, Phase::Valid])
             .map_err(|_| Unpinned::Released)?;
         s.phase = Phase::Releasing;
-        let maps = core::mem::take(&mut s.maps);
-        Ok(Release { access, maps })
+        // None is added from here on (`dma_map` adds only while `Valid`).
+        let mapped = !s.maps.is_empty();
+        Ok(Release { access, mapped })
     }
 
     /// Calls put_pages for `table`, the table a [`Release`] of this pin ended with.
@@ -1116,9 +1139,6 @@ impl Pinned {
         // go.
         owner.invalidate();
         this.free_revoked(mapped);
-        if mapped {
-            this.env.unlist(this);
-        }
     }
 
     /// Waits for the readers of a revoked pin to leave.
@@ -1155,12 +1175,12 @@ impl Pinned {
     /// when it was revoked (none is added after).
     fn free_revoked(&self, mapped: bool) {
         if mapped {
-            let maps = {
-                let mut s = self.state.lock();
-                // Nobody takes access once the phase is Revoked: `users` stays 0.
-                core::mem::take(&mut s.maps)
-            };
-            PeerMap::unmap_all(maps, &self.env.iovas);
+            // Nobody takes access once the phase is Revoked: `users` stays 0.
+            self.env.give_back(
+                self,
+                |s| core::mem::take(&mut s.maps),
+                |maps| PeerMap::unmap_all(maps, &self.env.iovas),
+            );
         }
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
@@ -1212,12 +1232,31 @@ impl Mapper<'_> {
     }
 }
 
+/// `peer`'s mapping in `s` (by `key`) if it is the one whose addresses a use holds, not
+/// another made since that use's went.
+fn counted<'a>(
+    s: &'a mut State,
+    key: usize,
+    addresses: &Arc<KVVec<u64>>,
+) -> Option<&'a mut PeerMap> {
+    s.maps
+        .get_mut(&key)
+        .filter(|m| Arc::ptr_eq(&m.addresses, addresses))
+}
+
 impl Release<'_> {
-    /// Gives the DMA mappings taken out back, then ends the access and waits for other users
-    /// (a racing probe giving back the mapping NVIDIA made) and for mappers, so that
-    /// put_pages finds no mapping live. The table to give back.
-    fn unmap_all(self, iovas: &Iovas) -> Table {
-        PeerMap::unmap_all(self.maps, iovas);
+    /// Gives the DMA mappings back, then ends the access and waits for other users (a racing
+    /// probe giving back the mapping NVIDIA made) and for mappers, so that put_pages finds no
+    /// mapping live. The table to give back.
+    fn unmap_all(self, pin: &Pinned) -> Table {
+        if self.mapped {
+            let env = pin.env;
+            env.give_back(
+                pin,
+                |s| core::mem::take(&mut s.maps),
+                |maps| PeerMap::unmap_all(maps, &env.iovas),
+            );
+        }
         self.access.end_and_wait()
     }
 }
