@@ -398,12 +398,18 @@ impl Context {
 
     /// Removes a handle's notifier ([`Context::watch`]); its slot goes back unless the
     /// callback queued its event. Called before the region may be released: a release that
-    /// calls back (Tegra's put_pages does) must not report an unpin as a revocation.
-    fn unwatch(&self, region: &Region, event: Option<u64>) {
-        if let (Some(events), Some(id)) = (&self.events, event) {
-            if region.remove_notifier(id) {
+    /// calls back (Tegra's put_pages does) must not report an unpin as a revocation. Returns
+    /// the queue where the handle's event was queued, if it was.
+    fn unwatch(&self, region: &Region, event: Option<u64>) -> Option<&Arc<Events>> {
+        let events = self.events.as_ref()?;
+        match event {
+            Some(id) if region.remove_notifier(id) => {
                 events.unreserve();
+                None
             }
+            // The notifier ran, or the region was revoked already when the handle was made
+            // ([`Context::watch`] queued the event at once).
+            _ => Some(events),
         }
     }
 
@@ -473,7 +479,10 @@ impl Context {
             unmap();
         }
         inner.stats.handles -= 1;
-        self.unwatch(&region, event);
+        if let Some(events) = self.unwatch(&region, event) {
+            // The handle goes: so does its event, if nobody read it (libgdrapi never does).
+            events.cancel(handle);
+        }
         self.drop_ref(&mut inner, &region);
         self.trim(&mut inner);
         Ok(())
@@ -642,6 +651,7 @@ impl Context {
         // Every region is out of its tree now: a handle's drop releases its region unless
         // another user still holds it.
         for (_, h) in handles.iter() {
+            // The queue goes with the context: events left in it need no cancel.
             self.unwatch(&h.region, h.event);
             self.drop_ref(&mut inner, &h.region);
         }

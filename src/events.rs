@@ -7,7 +7,9 @@
 //! The free callback reports a revocation by pushing the handle, under NVIDIA's lock: it must
 //! not sleep nor allocate there. So every handle that may be revoked holds a slot of the
 //! queue's capacity, reserved when it is pinned ([`Events::reserve`]) and kept by its event
-//! until the event is read: a push never allocates and never fails.
+//! until the event is read, or its handle goes unread ([`Events::cancel`]): a push never
+//! allocates and never fails, and the queue never holds more events than the context has
+//! handles, whether or not anyone reads it (libgdrapi never reads `/dev/gdrdrv`'s).
 //!
 //! `Events::queue` is a leaf lock (level 4 of the crate's lock order): nothing is called and
 //! no other lock is taken while it is held. `Events::reader` serializes readers; it is held
@@ -29,12 +31,15 @@ use crate::notify::Notifier;
 ///
 /// # Invariants
 ///
-/// `pending.len() <= reserved <= pending.capacity()`.
+/// `reading <= pending.len() <= reserved <= pending.capacity()`.
 struct Queue {
     /// Revoked handles, oldest first.
     pending: KVec<u64>,
     /// Slots held: one per pending event and one per handle that may still be revoked.
     reserved: usize,
+    /// The first `reading` events are being handed out by a reader ([`Events::read`]), which
+    /// takes them out when it is done: [`Events::cancel`] leaves them.
+    reading: usize,
 }
 
 /// One context's invalidation events.
@@ -74,6 +79,7 @@ impl Events {
                     Queue {
                         pending: KVec::new(),
                         reserved: 0,
+                        reading: 0,
                     },
                     "Events::queue"
                 ),
@@ -178,22 +184,44 @@ impl Events {
                     None => return Ok(Read::WouldBlock),
                 }
             };
-            let q = self.queue.lock();
+            let mut q = self.queue.lock();
             let n = max.min(MAX_READ).min(q.pending.len());
             batch[..n].copy_from_slice(&q.pending[..n]);
             if n > 0 || max == 0 {
+                // INVARIANT: `n <= pending.len()`; only this reader (it holds `reader`) sets
+                // it, and cancels leave the first `n`.
+                q.reading = n;
                 break (reader, n);
             }
             // Another reader took them meanwhile.
         };
         let taken = deliver(&batch[..n]).min(n);
         let mut q = self.queue.lock();
+        q.reading = 0;
         let left = q.pending.len() - taken;
         q.pending.copy_within(taken.., 0);
         q.pending.truncate(left);
         // INVARIANT: the events taken give their slots back.
         q.reserved -= taken;
         Ok(Read::Events(taken))
+    }
+
+    /// Takes `handle`'s event out of the queue, with its slot, if it is queued and no reader
+    /// is handing it out: its handle went unread (UNPIN of a revoked handle), and an event
+    /// for a handle that no longer exists only grows the queue (and, where numbers are
+    /// reused, would name another handle). One handed out is read as usual.
+    pub(crate) fn cancel(&self, handle: u64) {
+        let mut q = self.queue.lock();
+        let reading = q.reading;
+        let Some(at) = q.pending[reading..].iter().position(|&h| h == handle) else {
+            return;
+        };
+        let at = reading + at;
+        let len = q.pending.len();
+        q.pending.copy_within(at + 1.., at);
+        q.pending.truncate(len - 1);
+        // INVARIANT: the event gives its slot back; `reading <= at < len` before.
+        q.reserved -= 1;
     }
 
     /// For `poll`: registers the waiter and tells whether an event is queued.

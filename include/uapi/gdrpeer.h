@@ -189,6 +189,8 @@ struct gdrpeer_stats {
  * ABI 1.6 a RWF_NOWAIT read (preadv2(), io_uring) fails with -EAGAIN instead
  * of waiting, for the queue or for another thread's read of it. Each
  * revocation of a handle is reported once; UNPIN and close are not reported.
+ * Since ABI 1.6, UNPIN of a revoked handle takes its event out of the queue
+ * if no read has taken it yet.
  * Only the process that opened the file may read it (-EACCES; poll reports
  * EPOLLERR to others). /dev/gdrdrv files report their revoked handles the
  * same way, with gdrdrv handles.

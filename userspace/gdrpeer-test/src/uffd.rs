@@ -98,6 +98,18 @@ pub fn with_failed_write_back<T: Copy + Send>(
     call: impl FnOnce(*mut T) -> Result<(), Errno> + Send,
     meanwhile: impl FnOnce() -> Result<(), String>,
 ) -> Result<Result<(), Errno>, String> {
+    with_held_write(arg, call, meanwhile, true)
+}
+
+/// [`with_failed_write_back`]'s interleaving, with the write let go to succeed unless
+/// `fail`: `call` (on another thread) writes to a copy of `arg`, its first write waits while
+/// `meanwhile` runs on this thread. Returns `call`'s result.
+pub fn with_held_write<T: Copy + Send, R: Send>(
+    arg: &T,
+    call: impl FnOnce(*mut T) -> R + Send,
+    meanwhile: impl FnOnce() -> Result<(), String>,
+    fail: bool,
+) -> Result<R, String> {
     assert!(size_of::<T>() <= PAGE);
     // SAFETY: a new private anonymous page, unmapped by `Page`'s drop.
     let page = Page(
@@ -146,9 +158,13 @@ pub fn with_failed_write_back<T: Copy + Send>(
     std::thread::scope(|s| {
         let caller = s.spawn(move || call(at as *mut T));
         let held = hold_write(&uffd, at).and_then(|()| meanwhile());
-        // Whatever happened, the caller is let go: read-only first, so that its write fails.
-        // SAFETY: our own page, which nothing else uses.
-        let protect = unsafe { mprotect(page.0, PAGE, MprotectFlags::READ) };
+        // Whatever happened, the caller is let go: read-only first where its write must fail.
+        let protect = if fail {
+            // SAFETY: our own page, which nothing else uses.
+            unsafe { mprotect(page.0, PAGE, MprotectFlags::READ) }
+        } else {
+            Ok(())
+        };
         wp.mode = 0;
         let wake = uffd_ioctl(
             &uffd,

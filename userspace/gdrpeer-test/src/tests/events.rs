@@ -380,6 +380,107 @@ fn events_timed_reads_share_one_event() -> TestResult {
     Ok(())
 }
 
+/// UNPIN of a revoked handle whose event nobody read takes the event out, on each device: of
+/// two revoked handles the one unpinned first is not reported, the other is; then 64 buffers
+/// pinned, freed and unpinned without a read (what a libgdrapi user does on `/dev/gdrdrv`)
+/// leave nothing queued.
+fn events_go_with_their_unpinned_handles() -> TestResult {
+    use gdrpeer::gdrdrv::Gdrdrv;
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    nonblocking(d.as_fd())?;
+    nonblocking(g.as_fd())?;
+    let pin = |gdrdrv: bool| -> Result<(u64, u64), String> {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        let h = if gdrdrv {
+            ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?
+        } else {
+            ok(d.pin(va, K64, PinFlags::empty()), "pin")?.handle
+        };
+        Ok((h, id))
+    };
+    let unpin = |gdrdrv: bool, h: u64| {
+        if gdrdrv {
+            ok(g.unpin(h), "UNPIN_BUFFER")
+        } else {
+            ok(d.unpin(h), "unpin")
+        }
+    };
+    for (gdrdrv, name, fd) in [
+        (false, "/dev/gdrpeer", d.as_fd()),
+        (true, "/dev/gdrdrv", g.as_fd()),
+    ] {
+        let (a, id_a) = pin(gdrdrv)?;
+        let (b, id_b) = pin(gdrdrv)?;
+        debugfs("free", &id_a.to_string())?;
+        debugfs("free", &id_b.to_string())?;
+        check!(readable(fd, 1000)?, "{name} not readable after two frees");
+        unpin(gdrdrv, a)?;
+        check_eq!(
+            read_events(fd)?,
+            vec![(b, 1)],
+            format!("{name}'s events after the first revoked handle's UNPIN")
+        );
+        unpin(gdrdrv, b)?;
+        for _ in 0..64 {
+            let (h, id) = pin(gdrdrv)?;
+            debugfs("free", &id.to_string())?;
+            unpin(gdrdrv, h)?;
+        }
+        check!(
+            !readable(fd, 0)?,
+            "{name} readable after 64 revoked handles were unpinned unread"
+        );
+        check_eq!(
+            read_events(fd)?,
+            vec![],
+            format!("{name}'s events after 64 revoked handles were unpinned unread")
+        );
+    }
+    Ok(())
+}
+
+/// An UNPIN while a read hands the handle's event out leaves that event to the read: the
+/// read's copy to user space waits (userfaultfd) while the handle is unpinned; the read
+/// returns the event, and the other revoked handle's event stays queued (the read takes out
+/// the events it handed out, not whatever is first by then).
+fn events_unpin_during_a_read_leaves_the_others() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    let fd = d.as_fd();
+    nonblocking(fd)?;
+    let mut pinned = Vec::new();
+    for _ in 0..2 {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        pinned.push(ok(d.pin(va, K64, PinFlags::empty()), "pin")?.handle);
+        debugfs("free", &id.to_string())?;
+    }
+    let (a, b) = (pinned[0], pinned[1]);
+    check!(readable(fd, 1000)?, "not readable after two frees");
+    let raw = fd.as_raw_fd();
+    let read_one = move |buf: *mut [u8; RECORD]| {
+        // SAFETY: the descriptor outlives the call; a borrow of it for one read.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        // SAFETY: the page of the helper holds the record, for the call.
+        let buf = unsafe { &mut *buf };
+        read(fd, &mut *buf).map(|n| (n, u64::from_ne_bytes(buf[..8].try_into().unwrap())))
+    };
+    let got = crate::uffd::with_held_write(
+        &[0u8; RECORD],
+        read_one,
+        || ok(d.unpin(a), "unpin the first revoked handle during the read"),
+        false,
+    )?;
+    check_eq!(got, Ok((RECORD, a)), "the read held during the UNPIN");
+    check_eq!(
+        read_events(fd)?,
+        vec![(b, 1)],
+        "events after the read held during the first handle's UNPIN"
+    );
+    ok(d.unpin(b), "unpin")
+}
+
 pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-fire-once-per-revocation",
@@ -400,5 +501,13 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-timed-reads-share-one-event",
         events_timed_reads_share_one_event,
+    ),
+    (
+        "gdrpeer-events-go-with-their-unpinned-handles",
+        events_go_with_their_unpinned_handles,
+    ),
+    (
+        "gdrpeer-events-unpin-during-a-read-leaves-the-others",
+        events_unpin_during_a_read_leaves_the_others,
     ),
 ];
