@@ -2,7 +2,8 @@
 
 //! Other processes: a forked child on the opener's file (EACCES), the last close in a forked
 //! child or in a process that received the file over SCM_RIGHTS, a process killed with pins
-//! and a DMA mapping, and rmmod while the device is open.
+//! and a DMA mapping, callbacks from nvsim's kernel thread after a process's exit, and rmmod
+//! while the device is open.
 
 use crate::helpers::{all_released, dev, edu, get_pages_fd, gstat, ok, pin_args, raw_pin, K64};
 use crate::proc::{
@@ -10,7 +11,7 @@ use crate::proc::{
     spawn_ready, unix_pair, wait,
 };
 use gdrpeer::PinFlags;
-use nvsim::testing::{errno, stat, Test, TestResult};
+use nvsim::testing::{errno, stat, with_param, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{fd::AsFd, io::Errno};
 
@@ -149,6 +150,49 @@ fn killed_process_leaves_nothing() -> TestResult {
     kill_and_wait(child)
 }
 
+/// A process's NVIDIA file closed by its exit while another process holds its
+/// `/dev/gdrpeer` file, with the close deferred to nvsim's kernel thread (nvsim's
+/// `deferred_close`, as the driver defers a close to its own thread): the free callbacks
+/// come from that thread and revoke both regions, the one DMA-mapped for edu (whose
+/// mapping goes there) and the one cached; the holder's close then releases the rest.
+fn exit_with_deferred_close_calls_back_from_a_kernel_thread() -> TestResult {
+    let (mine, theirs) = unix_pair()?;
+    let (deferred, callbacks) = (stat("deferred_closes")?, gstat("callbacks")?);
+    let d = with_param("deferred_close", "100", || {
+        let child = fork(|| {
+            let gpu = Gpu::open().map_err(errno)?;
+            let (va, _) = gpu.alloc(4 * K64).map_err(errno)?;
+            let d = dev()?;
+            let a = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+            ok(d.dma_map(a.handle, edu()?), "dma_map")?;
+            let b = ok(d.pin(va + 2 * K64, 2 * K64, PinFlags::empty()), "pin")?;
+            ok(d.unpin(b.handle), "unpin")?;
+            send_fd(theirs.as_fd(), d.as_fd())?;
+            // Exits when told: its NVIDIA file's close is deferred.
+            byte(theirs.as_fd())
+        })?;
+        let d = recv_fd(mine.as_fd())?;
+        send_byte(mine.as_fd())?;
+        wait(child)?;
+        Ok(d)
+    })?;
+    check_eq!(
+        stat("deferred_closes")? - deferred,
+        1,
+        "closes of the child's NVIDIA file deferred to nvsim's kernel thread"
+    );
+    crate::helpers::eventually(10, "the kernel thread's callbacks", || {
+        Ok(gstat("callbacks")? - callbacks == 2)
+    })?;
+    check_eq!(
+        gstat("dma_pages_mapped")?,
+        0,
+        "DMA-mapped pages after the callbacks"
+    );
+    drop(d);
+    all_released()
+}
+
 /// The child of `killed_process_leaves_nothing` (`--pin-and-wait`): pins, leaves one region
 /// cached, maps one to the edu device, and waits to be killed.
 pub fn pin_and_wait() -> TestResult {
@@ -181,6 +225,10 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-killed-process-leaves-nothing",
         killed_process_leaves_nothing,
+    ),
+    (
+        "gdrpeer-exit-with-deferred-close-calls-back-from-a-kernel-thread",
+        exit_with_deferred_close_calls_back_from_a_kernel_thread,
     ),
     (
         "gdrpeer-rmmod-refused-while-in-use",
