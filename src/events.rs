@@ -65,7 +65,7 @@ pub(crate) const MAX_READ: usize = 32;
 pub(crate) enum Read {
     /// This many handles were written to the buffer.
     Events(usize),
-    /// None is queued, or another reader holds them, and the caller may not wait.
+    /// None is queued and the caller may not wait.
     WouldBlock,
 }
 
@@ -151,8 +151,7 @@ impl Events {
     }
 
     /// Hands up to `max` of the oldest events to `deliver`, waiting for one when none is
-    /// queued and `wait` allows (interruptibly: -ERESTARTSYS on a signal); without `wait`,
-    /// [`Read::WouldBlock`] also while another reader is handing events out. `deliver` may sleep
+    /// queued and `wait` allows (interruptibly: -ERESTARTSYS on a signal). `deliver` may sleep
     /// (it copies to user space) and returns how many it took; only those leave the queue.
     pub(crate) fn read(
         &self,
@@ -175,15 +174,10 @@ impl Events {
                 }
             }
             // One reader at a time: the events handed out stay the oldest until taken. A read
-            // that may not wait does not wait for another reader either.
-            let reader = if wait {
-                self.reader.lock()
-            } else {
-                match self.reader.try_lock() {
-                    Some(reader) => reader,
-                    None => return Ok(Read::WouldBlock),
-                }
-            };
+            // that may not wait still waits here, as a pipe's does for its mutex: another
+            // reader holds it only while it copies events out, and a read that failed here
+            // while poll says readable would have its caller poll and fail again until then.
+            let reader = self.reader.lock();
             let mut q = self.queue.lock();
             let n = max.min(MAX_READ).min(q.pending.len());
             batch[..n].copy_from_slice(&q.pending[..n]);

@@ -187,7 +187,7 @@ struct gdrpeer_stats {
  * as fit in the buffer. A buffer smaller than one record: -EINVAL; nothing
  * queued: -EAGAIN with O_NONBLOCK, else read waits (interruptibly). Since
  * ABI 1.6 a RWF_NOWAIT read (preadv2(), io_uring) fails with -EAGAIN instead
- * of waiting, for the queue or for another thread's read of it. Each
+ * of waiting when nothing is queued. Each
  * revocation of a handle is reported once; UNPIN and close are not reported.
  * Since ABI 1.6, UNPIN of a revoked handle takes its event out of the queue
  * if no read has taken it yet.

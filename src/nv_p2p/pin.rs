@@ -14,7 +14,7 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{self, Acquire, Atomic, Relaxed},
-        Arc, CondVar, Mutex, SpinLock,
+        Arc, CondVar, Mutex, SpinLock, UniqueArc,
     },
     task::Task,
     time::{delay::fsleep, Delta, Instant, Monotonic},
@@ -288,8 +288,6 @@ impl Drop for Mapper<'_> {
 /// a pin's users, so that wait is bounded.
 struct Release<'a> {
     access: Access<'a>,
-    /// Whether the pin had DMA mappings as it became `Releasing`.
-    mapped: bool,
 }
 
 /// GPU memory pinned through nv-p2p: owns an `nvidia_p2p_page_table` and gives it back exactly
@@ -808,6 +806,8 @@ impl Pinned {
         let mut bus = KVVec::with_capacity(n, GFP_KERNEL)?;
         self.copy_addresses(None, 0, &mut bus)?;
         let mut addresses = KVVec::with_capacity(n, GFP_KERNEL)?;
+        // Allocated before the list's lock, which the free callback may wait for.
+        let shared = UniqueArc::new_uninit(GFP_KERNEL)?;
         // Mapped and listed under the list's lock (`PinEnv::mapped` invariant), so that a
         // peer's removal sweeps this mapping or comes before it is made. It may be still
         // listed without mappings, by a thread about to take it out, which will see this
@@ -824,13 +824,7 @@ impl Pinned {
             return Ok(addresses);
         }
         self.env.iovas.map(peer, &bus, &mut addresses)?;
-        let addresses = match Arc::new(addresses, GFP_KERNEL) {
-            Ok(addresses) => addresses,
-            Err(e) => {
-                self.env.iovas.unmap(peer, &bus);
-                return Err(e.into());
-            }
-        };
+        let addresses: Arc<KVVec<u64>> = shared.write(addresses).into();
         let mut s = self.state.lock();
         // No mapping for `peer` was added meanwhile (that takes the list's lock), but the
         // pin may have been given back or revoked since `use_mapping`: its mappings went,
@@ -1062,9 +1056,8 @@ impl Pinned {
         let access = Access::take(self, &mut s, &[Phase::Pinning, Phase::Valid])
             .map_err(|_| Unpinned::Released)?;
         s.phase = Phase::Releasing;
-        // None is added from here on (`dma_map` adds only while `Valid`).
-        let mapped = !s.maps.is_empty();
-        Ok(Release { access, mapped })
+        // No mapping is added from here on (`dma_map` adds only while `Valid`).
+        Ok(Release { access })
     }
 
     /// Calls put_pages for `table`, the table a [`Release`] of this pin ended with.
@@ -1120,13 +1113,13 @@ impl Pinned {
     /// under NVIDIA's global lock.
     fn revoke<T: PinOwner>(owner: &T) {
         let this = owner.pinned();
-        let (readers, mapped) = {
+        let readers = {
             let mut s = this.state.lock();
             s.phase = Phase::Revoked;
             // No access can be taken from here on; those held keep their own copy.
             s.table = None;
             // Nor is a mapping added (`dma_map` inserts only while `Valid`).
-            (s.users, !s.maps.is_empty())
+            s.users
         };
         // No reader is left once this returns, and none can come (the phase is Revoked): a
         // fault inserting a page-table entry ([`Pinned::with_bus_address`]) is done before
@@ -1138,7 +1131,7 @@ impl Pinned {
         // Peers and CPU mappings stop using the addresses before the mappings and the table
         // go.
         owner.invalidate();
-        this.free_revoked(mapped);
+        this.free_revoked();
     }
 
     /// Waits for the readers of a revoked pin to leave.
@@ -1171,17 +1164,17 @@ impl Pinned {
     /// ([`Pinned::wait_for_users`]) and whose peers were told to stop ([`PinOwner::invalidate`]):
     /// no peer's mapping of its pages outlives the callback. gdrpeer keeps none of NVIDIA's
     /// DMA mappings (a probe's is given back, or freed by NVIDIA with the table), so there is
-    /// none for `nvidia_p2p_free_dma_mapping`. `mapped` says whether the pin had mappings
-    /// when it was revoked (none is added after).
-    fn free_revoked(&self, mapped: bool) {
-        if mapped {
-            // Nobody takes access once the phase is Revoked: `users` stays 0.
-            self.env.give_back(
-                self,
-                |s| core::mem::take(&mut s.maps),
-                |maps| PeerMap::unmap_all(maps, &self.env.iovas),
-            );
-        }
+    /// none for `nvidia_p2p_free_dma_mapping`. The list's lock is taken also where the pin
+    /// has no mapping left, so that an unmap of its pages in progress under it (a last use's
+    /// end, a peer's removal, a first mapping that finds the pin revoked) is done before the
+    /// table is freed.
+    fn free_revoked(&self) {
+        // Nobody takes access once the phase is Revoked: `users` stays 0.
+        self.env.give_back(
+            self,
+            |s| core::mem::take(&mut s.maps),
+            |maps| PeerMap::unmap_all(maps, &self.env.iovas),
+        );
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
         unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
@@ -1248,15 +1241,18 @@ impl Release<'_> {
     /// Gives the DMA mappings back, then ends the access and waits for other users (a racing
     /// probe giving back the mapping NVIDIA made) and for mappers, so that put_pages finds no
     /// mapping live. The table to give back.
+    ///
+    /// The list's lock is taken also where the pin has no mapping left: a last use's end or a
+    /// peer's removal may be unmapping one under it, and a first mapping may be mapping one
+    /// that it will give back on seeing the pin released. Either is done once the lock is
+    /// taken, before put_pages hands the pages back.
     fn unmap_all(self, pin: &Pinned) -> Table {
-        if self.mapped {
-            let env = pin.env;
-            env.give_back(
-                pin,
-                |s| core::mem::take(&mut s.maps),
-                |maps| PeerMap::unmap_all(maps, &env.iovas),
-            );
-        }
+        let env = pin.env;
+        env.give_back(
+            pin,
+            |s| core::mem::take(&mut s.maps),
+            |maps| PeerMap::unmap_all(maps, &env.iovas),
+        );
         self.access.end_and_wait()
     }
 }

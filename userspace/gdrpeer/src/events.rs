@@ -112,7 +112,8 @@ pub trait EventSource: AsFd {
     /// With a timeout the read itself never waits: it is a `RWF_NOWAIT` read (ABI 1.6), so a
     /// thread that another thread's read beat to the last event goes back to poll(2) rather
     /// than block in read(2) until the next revocation. A module older than 1.6 refuses
-    /// `RWF_NOWAIT` (EOPNOTSUPP): the read there is poll(2) then read(2), which can block so.
+    /// `RWF_NOWAIT` (EOPNOTSUPP), and a system without preadv2 has no such read (ENOSYS): the
+    /// read there is poll(2) then read(2), which can block so, until a signal ends it.
     fn read_records(
         &self,
         out: &mut [uapi::Event],
@@ -120,15 +121,16 @@ pub trait EventSource: AsFd {
     ) -> Result<usize, Error> {
         let fd = self.as_fd();
         let Some(deadline) = timeout.and_then(|t| Instant::now().checked_add(t)) else {
-            return read_once(fd, out, false);
+            return read_once(fd, out, ReadMode::Wait);
         };
+        let refused = [Errno::OPNOTSUPP, Errno::NOSYS].map(|e| Some(e.raw_os_error()));
         loop {
-            match read_once(fd, out, true) {
+            match read_once(fd, out, ReadMode::NoWait) {
                 Err(e) if e.errno() == Some(Errno::AGAIN.raw_os_error()) => {}
-                Err(e) if e.errno() == Some(Errno::OPNOTSUPP.raw_os_error()) => {
+                Err(e) if refused.contains(&e.errno()) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     return match self.wait_events(Some(left))? {
-                        true => read_once(fd, out, false),
+                        true => read_once(fd, out, ReadMode::UntilSignal),
                         false => Ok(0),
                     };
                 }
@@ -153,20 +155,30 @@ pub trait EventSource: AsFd {
     }
 }
 
-/// One read of up to `out.len()` records into `out`: a read(2) that waits for one unless the
-/// file is `O_NONBLOCK` (and goes on after a signal), or with `nowait` a `RWF_NOWAIT` read,
-/// EAGAIN when none is queued.
+/// How [`read_once`] reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ReadMode {
+    /// read(2), which waits for an event unless the file is `O_NONBLOCK`; again after a
+    /// signal.
+    Wait,
+    /// As `Wait`, but a signal ends the wait: no records.
+    UntilSignal,
+    /// A `RWF_NOWAIT` read: EAGAIN when none is queued.
+    NoWait,
+}
+
+/// One read of up to `out.len()` records into `out`, as `mode` says.
 fn read_once(
     fd: rustix::fd::BorrowedFd<'_>,
     out: &mut [uapi::Event],
-    nowait: bool,
+    mode: ReadMode,
 ) -> Result<usize, Error> {
     // SAFETY: the records are plain old data; the bytes view of them lives only for the read,
     // which writes whole records (checked below).
     let bytes =
         unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of_val(out)) };
     let n = loop {
-        let r = if nowait {
+        let r = if mode == ReadMode::NoWait {
             let mut iov = [IoSliceMut::new(&mut *bytes)];
             // u64::MAX: the file's own position, as read(2) uses (which gdrpeer ignores).
             preadv2(fd, &mut iov, u64::MAX, ReadWriteFlags::NOWAIT)
@@ -174,6 +186,7 @@ fn read_once(
             rustix::io::read(fd, &mut *bytes)
         };
         match r {
+            Err(Errno::INTR) if mode == ReadMode::UntilSignal => return Ok(0),
             Err(Errno::INTR) => continue,
             r => break r.map_err(|errno| Error::ioctl(Op::ReadEvents, errno))?,
         }

@@ -481,6 +481,78 @@ fn events_unpin_during_a_read_leaves_the_others() -> TestResult {
     ok(d.unpin(b), "unpin")
 }
 
+/// A read with a timeout while another thread's read is copying events out (its copy held
+/// in a userfaultfd for 500 ms) waits for that read rather than spin: the file polls
+/// readable all along, so a read that failed with EAGAIN while another held the events would
+/// poll and read again, burning the CPU, until the first read ended. The second reader gets
+/// the other event, and its thread's CPU time over the wait stays under 100 ms.
+fn events_timed_read_waits_for_another_reader() -> TestResult {
+    use gdrpeer::EventSource;
+    use std::time::Duration;
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    let mut pinned = Vec::new();
+    for _ in 0..2 {
+        let (va, id) = gpu.alloc(K64).map_err(errno)?;
+        pinned.push(ok(d.pin(va, K64, PinFlags::empty()), "pin")?.handle);
+        debugfs("free", &id.to_string())?;
+    }
+    check!(readable(d.as_fd(), 1000)?, "not readable after two frees");
+    let raw = d.as_fd().as_raw_fd();
+    let read_one = move |buf: *mut [u8; RECORD]| {
+        // SAFETY: the descriptor outlives the call; a borrow of it for one read.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        // SAFETY: the page of the helper holds the record, for the call.
+        let buf = unsafe { &mut *buf };
+        read(fd, &mut *buf).map(|n| (n, u64::from_ne_bytes(buf[..8].try_into().unwrap())))
+    };
+    let thread_cpu = || {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    };
+    let d = &d;
+    let (first, second) = std::thread::scope(|s| {
+        let mut second = None;
+        let first = crate::uffd::with_held_write(
+            &[0u8; RECORD],
+            read_one,
+            || {
+                second = Some(s.spawn(move || {
+                    let cpu = thread_cpu();
+                    let got = d.read_events_within(Some(Duration::from_secs(10)));
+                    (got, thread_cpu() - cpu)
+                }));
+                std::thread::sleep(Duration::from_millis(500));
+                Ok(())
+            },
+            false,
+        );
+        let second = second.map(|t| t.join());
+        (first, second)
+    });
+    check_eq!(
+        first?,
+        Ok((RECORD, pinned[0])),
+        "the read held in the userfaultfd"
+    );
+    let (got, cpu) = second
+        .ok_or("the second reader did not start")?
+        .map_err(|_| "the second reader panicked")?;
+    let got: Vec<u64> = ok(got, "read_events_within")?
+        .into_iter()
+        .map(|e| e.handle)
+        .collect();
+    check_eq!(got, vec![pinned[1]], "the second reader's events");
+    check!(
+        cpu < Duration::from_millis(100),
+        "the second reader used {cpu:?} of CPU while the first held the events"
+    );
+    for h in pinned {
+        ok(d.unpin(h), "unpin")?;
+    }
+    Ok(())
+}
+
 pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-fire-once-per-revocation",
@@ -509,5 +581,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-unpin-during-a-read-leaves-the-others",
         events_unpin_during_a_read_leaves_the_others,
+    ),
+    (
+        "gdrpeer-events-timed-read-waits-for-another-reader",
+        events_timed_read_waits_for_another_reader,
     ),
 ];
