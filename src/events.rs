@@ -38,9 +38,15 @@ struct Queue {
     /// Slots held: one per pending event and one per handle that may still be revoked.
     reserved: usize,
     /// The first `reading` events are being handed out by a reader ([`Events::read`]), which
-    /// takes them out when it is done: [`Events::cancel`] leaves them.
+    /// takes them out when it is done: [`Events::cancel`] leaves them in place.
     reading: usize,
+    /// Bit `i` set: the event at `i < reading` was cancelled while it was handed out; the
+    /// reader takes it out too if it did not deliver it.
+    cancelled: u32,
 }
+
+// A bit of `Queue::cancelled` for each event a read hands out.
+const _: () = assert!(MAX_READ <= u32::BITS as usize);
 
 /// One context's invalidation events.
 #[pin_data]
@@ -80,6 +86,7 @@ impl Events {
                         pending: KVec::new(),
                         reserved: 0,
                         reading: 0,
+                        cancelled: 0,
                     },
                     "Events::queue"
                 ),
@@ -192,25 +199,38 @@ impl Events {
         let taken = deliver(&batch[..n]).min(n);
         let mut q = self.queue.lock();
         q.reading = 0;
-        let left = q.pending.len() - taken;
-        q.pending.copy_within(taken.., 0);
-        q.pending.truncate(left);
-        // INVARIANT: the events taken give their slots back.
-        q.reserved -= taken;
+        let cancelled = core::mem::take(&mut q.cancelled);
+        // The events delivered leave, and so do those handed out, not delivered (a bad
+        // buffer), whose handles went meanwhile. The first `n` are still the ones handed out.
+        let len = q.pending.len();
+        let mut kept = 0;
+        for at in 0..len {
+            let gone = at < taken || (at < n && cancelled & (1 << at) != 0);
+            if !gone {
+                q.pending[kept] = q.pending[at];
+                kept += 1;
+            }
+        }
+        q.pending.truncate(kept);
+        // INVARIANT: the events that left give their slots back.
+        q.reserved -= len - kept;
         Ok(Read::Events(taken))
     }
 
-    /// Takes `handle`'s event out of the queue, with its slot, if it is queued and no reader
-    /// is handing it out: its handle went unread (UNPIN of a revoked handle), and an event
-    /// for a handle that no longer exists only grows the queue (and, where numbers are
-    /// reused, would name another handle). One handed out is read as usual.
+    /// Takes `handle`'s event out of the queue, with its slot, if it is queued: its handle
+    /// went unread (UNPIN of a revoked handle), and an event for a handle that no longer
+    /// exists only grows the queue (and, where numbers are reused, would name another
+    /// handle). One that a reader is handing out is marked instead: the reader delivers it,
+    /// or takes it out if it cannot.
     pub(crate) fn cancel(&self, handle: u64) {
         let mut q = self.queue.lock();
-        let reading = q.reading;
-        let Some(at) = q.pending[reading..].iter().position(|&h| h == handle) else {
+        let Some(at) = q.pending.iter().position(|&h| h == handle) else {
             return;
         };
-        let at = reading + at;
+        if at < q.reading {
+            q.cancelled |= 1 << at;
+            return;
+        }
         let len = q.pending.len();
         q.pending.copy_within(at + 1.., at);
         q.pending.truncate(len - 1);

@@ -10,7 +10,7 @@ use gdrpeer::PinFlags;
 use nvsim::testing::{debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
-    fd::{AsFd, AsRawFd, BorrowedFd},
+    fd::{AsFd, AsRawFd, BorrowedFd, RawFd},
     fs::{fcntl_getfl, fcntl_setfl, OFlags},
     io::{read, Errno},
 };
@@ -441,42 +441,62 @@ fn events_go_with_their_unpinned_handles() -> TestResult {
     Ok(())
 }
 
-/// An UNPIN while a read hands the handle's event out leaves that event to the read: the
-/// read's copy to user space waits (userfaultfd) while the handle is unpinned; the read
-/// returns the event, and the other revoked handle's event stays queued (the read takes out
-/// the events it handed out, not whatever is first by then).
-fn events_unpin_during_a_read_leaves_the_others() -> TestResult {
-    let gpu = Gpu::open().map_err(errno)?;
-    let d = dev()?;
-    let fd = d.as_fd();
-    nonblocking(fd)?;
+/// Two buffers pinned through `d` and freed: their handles, whose events are queued.
+fn two_revoked(gpu: &Gpu, d: &gdrpeer::Device) -> Result<(u64, u64), String> {
     let mut pinned = Vec::new();
     for _ in 0..2 {
         let (va, id) = gpu.alloc(K64).map_err(errno)?;
         pinned.push(ok(d.pin(va, K64, PinFlags::empty()), "pin")?.handle);
         debugfs("free", &id.to_string())?;
     }
-    let (a, b) = (pinned[0], pinned[1]);
-    check!(readable(fd, 1000)?, "not readable after two frees");
+    check!(readable(d.as_fd(), 1000)?, "not readable after two frees");
+    Ok((pinned[0], pinned[1]))
+}
+
+/// A read(2) of one record from the file `raw` into the page at `buf` that
+/// [`crate::uffd::with_held_write`] lends: the bytes read and the record's handle.
+fn read_record(raw: RawFd, buf: *mut [u8; RECORD]) -> rustix::io::Result<(usize, u64)> {
+    // SAFETY: the caller's descriptor outlives the call; a borrow of it for one read.
+    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+    // SAFETY: the helper's page holds the record, for the call.
+    let buf = unsafe { &mut *buf };
+    read(fd, &mut *buf).map(|n| (n, u64::from_ne_bytes(buf[..8].try_into().unwrap())))
+}
+
+/// An UNPIN while a read hands the handle's event out leaves that event to the read: the
+/// read's copy to user space waits (userfaultfd) while the handle is unpinned; the read
+/// returns the event, and the other revoked handle's event stays queued (the read takes out
+/// the events it handed out, not whatever is first by then).
+fn events_unpin_during_a_read_leaves_the_others() -> TestResult {
+    unpin_during_a_read(false)
+}
+
+/// A revoked handle unpinned while a read's copy of its event waits in a userfaultfd, the copy
+/// then let go to succeed or, with `fail`, to fail (EFAULT): the read returns that event,
+/// or fails; either way the other revoked handle's event is all that is left queued.
+fn unpin_during_a_read(fail: bool) -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let d = dev()?;
+    let fd = d.as_fd();
+    nonblocking(fd)?;
+    let (a, b) = two_revoked(&gpu, &d)?;
     let raw = fd.as_raw_fd();
-    let read_one = move |buf: *mut [u8; RECORD]| {
-        // SAFETY: the descriptor outlives the call; a borrow of it for one read.
-        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-        // SAFETY: the page of the helper holds the record, for the call.
-        let buf = unsafe { &mut *buf };
-        read(fd, &mut *buf).map(|n| (n, u64::from_ne_bytes(buf[..8].try_into().unwrap())))
-    };
     let got = crate::uffd::with_held_write(
         &[0u8; RECORD],
-        read_one,
+        move |buf| read_record(raw, buf),
         || ok(d.unpin(a), "unpin the first revoked handle during the read"),
-        false,
+        fail,
     )?;
-    check_eq!(got, Ok((RECORD, a)), "the read held during the UNPIN");
+    let expect = if fail {
+        Err(Errno::FAULT)
+    } else {
+        Ok((RECORD, a))
+    };
+    check_eq!(got, expect, "the read held during the UNPIN");
     check_eq!(
         read_events(fd)?,
         vec![(b, 1)],
-        "events after the read held during the first handle's UNPIN"
+        "events after a read held during the first handle's UNPIN"
     );
     ok(d.unpin(b), "unpin")
 }
@@ -491,21 +511,8 @@ fn events_timed_read_waits_for_another_reader() -> TestResult {
     use std::time::Duration;
     let gpu = Gpu::open().map_err(errno)?;
     let d = dev()?;
-    let mut pinned = Vec::new();
-    for _ in 0..2 {
-        let (va, id) = gpu.alloc(K64).map_err(errno)?;
-        pinned.push(ok(d.pin(va, K64, PinFlags::empty()), "pin")?.handle);
-        debugfs("free", &id.to_string())?;
-    }
-    check!(readable(d.as_fd(), 1000)?, "not readable after two frees");
+    let (a, b) = two_revoked(&gpu, &d)?;
     let raw = d.as_fd().as_raw_fd();
-    let read_one = move |buf: *mut [u8; RECORD]| {
-        // SAFETY: the descriptor outlives the call; a borrow of it for one read.
-        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-        // SAFETY: the page of the helper holds the record, for the call.
-        let buf = unsafe { &mut *buf };
-        read(fd, &mut *buf).map(|n| (n, u64::from_ne_bytes(buf[..8].try_into().unwrap())))
-    };
     let thread_cpu = || {
         let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
         Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
@@ -515,7 +522,7 @@ fn events_timed_read_waits_for_another_reader() -> TestResult {
         let mut second = None;
         let first = crate::uffd::with_held_write(
             &[0u8; RECORD],
-            read_one,
+            move |buf| read_record(raw, buf),
             || {
                 second = Some(s.spawn(move || {
                     let cpu = thread_cpu();
@@ -530,11 +537,7 @@ fn events_timed_read_waits_for_another_reader() -> TestResult {
         let second = second.map(|t| t.join());
         (first, second)
     });
-    check_eq!(
-        first?,
-        Ok((RECORD, pinned[0])),
-        "the read held in the userfaultfd"
-    );
+    check_eq!(first?, Ok((RECORD, a)), "the read held in the userfaultfd");
     let (got, cpu) = second
         .ok_or("the second reader did not start")?
         .map_err(|_| "the second reader panicked")?;
@@ -542,15 +545,20 @@ fn events_timed_read_waits_for_another_reader() -> TestResult {
         .into_iter()
         .map(|e| e.handle)
         .collect();
-    check_eq!(got, vec![pinned[1]], "the second reader's events");
+    check_eq!(got, vec![b], "the second reader's events");
     check!(
         cpu < Duration::from_millis(100),
         "the second reader used {cpu:?} of CPU while the first held the events"
     );
-    for h in pinned {
-        ok(d.unpin(h), "unpin")?;
-    }
-    Ok(())
+    ok(d.unpin(a), "unpin")?;
+    ok(d.unpin(b), "unpin")
+}
+
+/// An UNPIN while a read hands the handle's event out, and that read then fails to copy it
+/// (its page made read-only while the copy waits in a userfaultfd: EFAULT): the event goes
+/// with its handle all the same, and the other revoked handle's event is the only one left.
+fn events_unpin_during_a_failed_read_drops_the_event() -> TestResult {
+    unpin_during_a_read(true)
 }
 
 pub const TESTS: &[Test] = &[
@@ -585,5 +593,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-timed-read-waits-for-another-reader",
         events_timed_read_waits_for_another_reader,
+    ),
+    (
+        "gdrpeer-events-unpin-during-a-failed-read-drops-the-event",
+        events_unpin_during_a_failed_read_drops_the_event,
     ),
 ];
