@@ -413,6 +413,19 @@ impl PinEnv {
         }
     }
 
+    /// Gives back every mapping of `pin`, which takes no new one (it is released or revoked),
+    /// and takes it out of the list ([`PinEnv::give_back`]). The list's lock is taken also
+    /// where the pin has no mapping left: a last use's end, a peer's removal or a first
+    /// mapping that finds the pin gone may be unmapping its pages under it, and is done once
+    /// the lock is taken, before the pages go back to NVIDIA.
+    fn give_back_all(&self, pin: &Pinned) {
+        self.give_back(
+            pin,
+            |s| core::mem::take(&mut s.maps),
+            |maps| PeerMap::unmap_all(maps, &self.iovas),
+        );
+    }
+
     /// Gives back every pin's DMA mapping for the peer whose `struct pci_dev` is at `peer`, as
     /// its driver is unbound or the peer is removed ([`sys::PciGone`]): no mapping is left to a
     /// device that its driver has left, whether a pin keeps it for later uses
@@ -1164,17 +1177,10 @@ impl Pinned {
     /// ([`Pinned::wait_for_users`]) and whose peers were told to stop ([`PinOwner::invalidate`]):
     /// no peer's mapping of its pages outlives the callback. gdrpeer keeps none of NVIDIA's
     /// DMA mappings (a probe's is given back, or freed by NVIDIA with the table), so there is
-    /// none for `nvidia_p2p_free_dma_mapping`. The list's lock is taken also where the pin
-    /// has no mapping left, so that an unmap of its pages in progress under it (a last use's
-    /// end, a peer's removal, a first mapping that finds the pin revoked) is done before the
-    /// table is freed.
+    /// none for `nvidia_p2p_free_dma_mapping`.
     fn free_revoked(&self) {
         // Nobody takes access once the phase is Revoked: `users` stays 0.
-        self.env.give_back(
-            self,
-            |s| core::mem::take(&mut s.maps),
-            |maps| PeerMap::unmap_all(maps, &self.env.iovas),
-        );
+        self.env.give_back_all(self);
         // SAFETY: called from the free callback, NVIDIA calls only after it wrote
         // `table_out` (type invariant).
         unsafe { bindings::nvidia_p2p_free_page_table(*self.table_out.get()) };
@@ -1241,18 +1247,8 @@ impl Release<'_> {
     /// Gives the DMA mappings back, then ends the access and waits for other users (a racing
     /// probe giving back the mapping NVIDIA made) and for mappers, so that put_pages finds no
     /// mapping live. The table to give back.
-    ///
-    /// The list's lock is taken also where the pin has no mapping left: a last use's end or a
-    /// peer's removal may be unmapping one under it, and a first mapping may be mapping one
-    /// that it will give back on seeing the pin released. Either is done once the lock is
-    /// taken, before put_pages hands the pages back.
     fn unmap_all(self, pin: &Pinned) -> Table {
-        let env = pin.env;
-        env.give_back(
-            pin,
-            |s| core::mem::take(&mut s.maps),
-            |maps| PeerMap::unmap_all(maps, &env.iovas),
-        );
+        pin.env.give_back_all(pin);
         self.access.end_and_wait()
     }
 }
