@@ -11,7 +11,7 @@
 //! lock 4.
 //!
 //! This file holds [`Context`], what the front-ends call; the rest is split by concern:
-//! `inner.rs`, the cache state under the context's lock (trees, LRU, handles, bookkeeping,
+//! `inner.rs`, the cache state under the context's lock (index, LRU, handles, bookkeeping,
 //! with its KUnit suite `gdrpeer_cache_inner`); `region.rs`, a region and its notifiers;
 //! `handles.rs`, how handles are numbered; `kept.rs`, the references that keep a region
 //! pinned after its context closes.
@@ -280,7 +280,10 @@ impl Context {
     ///
     /// A pin with P2P tokens other than the default is private ([`Sharing::Private`]): the
     /// tokens may name another VA space than the caller's, where the same addresses are other
-    /// memory, so its region can neither serve nor be served by the cache.
+    /// memory, so its region can neither serve nor be served by the cache. So is a persistent
+    /// pin: NVIDIA never calls it back, so nothing would tell the cache that its memory was
+    /// freed, and a cached one would serve a later allocation at the same address with the
+    /// freed memory it keeps alive.
     pub(crate) fn pin(
         self: &Arc<Self>,
         range: GpuRange,
@@ -334,7 +337,7 @@ impl Context {
         sharing: Sharing,
         tokens: Tokens,
     ) -> Result<Arc<Region>> {
-        let sharing = if tokens.are_default() {
+        let sharing = if tokens.are_default() && kind == PinKind::Callback {
             sharing
         } else {
             Sharing::Private
@@ -343,7 +346,7 @@ impl Context {
             return Err(EBADF);
         }
         let cached = match sharing {
-            Sharing::Cached => inner.lookup(kind, &range),
+            Sharing::Cached => inner.lookup(&range),
             Sharing::Private => None,
         };
         let region = match cached {
@@ -354,9 +357,9 @@ impl Context {
             }
             None => {
                 let region = match sharing {
-                    Sharing::Cached => self.pin_new(inner, range, kind)?,
+                    Sharing::Cached => self.pin_new(inner, range)?,
                     Sharing::Private => {
-                        // Never in the tree: nothing hits it, and its handle's unpin releases
+                        // Never in the index: nothing hits it, and its handle's unpin releases
                         // it.
                         let region = self.pin_evicting(inner, range, kind, tokens)?;
                         inner.account(&region);
@@ -413,15 +416,12 @@ impl Context {
         }
     }
 
-    /// A miss: pins the request merged with the regions it overlaps, evicting unused regions
-    /// while NVIDIA runs out of BAR1 space (-ENOMEM).
-    fn pin_new(
-        self: &Arc<Self>,
-        inner: &mut Inner,
-        request: GpuRange,
-        kind: PinKind,
-    ) -> Result<Arc<Region>> {
-        let overlapping = inner.overlapping(kind, &request)?;
+    /// A miss of a cached pin (a callback pin, [`Context::acquire`]): pins the request merged
+    /// with the regions it overlaps, evicting unused regions while NVIDIA runs out of BAR1
+    /// space (-ENOMEM).
+    fn pin_new(self: &Arc<Self>, inner: &mut Inner, request: GpuRange) -> Result<Arc<Region>> {
+        let kind = PinKind::Callback;
+        let overlapping = inner.overlapping(&request)?;
         let (start, end) = policy::merged(&request, overlapping.iter().map(|r| *r.pinned.range()));
         let merged = GpuRange::new(start, end - start, u64::MAX)?;
         let region = match self.pin_evicting(inner, merged, kind, Tokens::default()) {
@@ -619,7 +619,7 @@ impl Context {
         let mut inner = self.lock();
         inner.closed = true;
         // Regions revoked from here on are reaped by the context's work item; those revoked
-        // since the lock was taken are reaped now, before the trees are emptied.
+        // since the lock was taken are reaped now, before the index is emptied.
         let late = {
             let mut revoked = self.revoked.lock();
             revoked.closed = true;
@@ -631,7 +631,7 @@ impl Context {
         let lru = core::mem::take(&mut inner.lru);
         // Taken out whole, so that nothing here allocates: a close cannot fail, and a region
         // it could not note would stay pinned.
-        let trees = core::mem::take(&mut inner.regions);
+        let cached = core::mem::take(&mut inner.regions);
         for region in lru.iter() {
             let book = region.book.access_mut(&mut inner);
             book.in_lru = false;
@@ -641,14 +641,14 @@ impl Context {
         // keeper's [`Context::unkeep`] or the last kernel-API registration's
         // [`Context::unhold`] releases it (a registration's DMA addresses stay valid, and its
         // invalidate callback may come, until its unpin).
-        for (_, region) in trees.iter().flat_map(|tree| tree.iter()) {
+        for (_, region) in cached.iter() {
             let book = region.book.access_mut(&mut inner);
             book.in_tree = false;
             if book.refs == 0 {
                 inner.release(region);
             }
         }
-        // Every region is out of its tree now: a handle's drop releases its region unless
+        // Every region is out of the index now: a handle's drop releases its region unless
         // another user still holds it.
         for (_, h) in handles.iter() {
             // The queue goes with the context: events left in it need no cancel.
@@ -657,7 +657,7 @@ impl Context {
         }
         inner.stats.handles = 0;
         drop(inner);
-        drop((handles, lru, trees));
+        drop((handles, lru, cached));
     }
 
     /// Calls `f` on each cached region with the references its users hold and whether it is
@@ -667,12 +667,10 @@ impl Context {
         mut f: impl FnMut(&Region, u64, bool) -> Result<(), E>,
     ) -> Result<(), E> {
         let inner = self.lock();
-        for tree in inner.regions.iter() {
-            for (_, region) in tree.iter() {
-                let book = region.book.access(&inner);
-                // In its tree with no reference: unused (in the eviction list).
-                f(region, book.refs, book.refs == 0)?;
-            }
+        for (_, region) in inner.regions.iter() {
+            let book = region.book.access(&inner);
+            // In the index with no reference: unused (in the eviction list).
+            f(region, book.refs, book.refs == 0)?;
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ use super::{
     Handle, Region,
 };
 use crate::{
-    nv_p2p::{PinKind, Pinned, Unpinned},
+    nv_p2p::{Pinned, Unpinned},
     policy::{Limits, Usage},
     range::GpuRange,
     stats::{Stats, GLOBAL},
@@ -25,12 +25,13 @@ use crate::{
 
 /// The state of a context's cache, protected by [`Context::inner`](super::Context::inner).
 pub(crate) struct Inner {
-    /// Pinned regions by start address, callback pins and persistent pins apart. Regions in a
-    /// tree never overlap; a revoked region may linger until the context's next operation
-    /// reaps it ([`Inner::reap`]), and is never a hit.
-    pub(super) regions: [Index<Arc<Region>>; 2],
+    /// The cached regions by start address: callback pins without P2P tokens, the only ones
+    /// the cache shares ([`Context::acquire`](super::Context)). They never overlap; a revoked
+    /// region may linger until the context's next operation reaps it ([`Inner::reap`]), and
+    /// is never a hit.
+    pub(super) regions: Index<Arc<Region>>,
     /// The eviction order, a second-chance ("CLOCK") approximation of least recently used
-    /// first: every unused region in a tree is in it, and a region in use may be (a hit leaves
+    /// first: every unused region in the index is in it, and a region in use may be (a hit leaves
     /// a region where it is, so that it writes none of its neighbours, which are as cold as it
     /// in a large cache). [`Inner::evict_lru`] takes from the front: a region in use leaves the
     /// list (its last user puts it back, at the end), a region hit since it last came by
@@ -49,8 +50,8 @@ pub(crate) struct Inner {
 
 /// Per-region bookkeeping, protected by the owning context's [`Context::inner`](super::Context::inner).
 ///
-/// Under that lock, outside the engine's own steps: a region in its tree with no reference
-/// (`refs == 0`, unused) is in `Inner::lru` (`in_lru`); a region out of every tree is in
+/// Under that lock, outside the engine's own steps: a region in the index with no reference
+/// (`refs == 0`, unused) is in `Inner::lru` (`in_lru`); a region out of the index is in
 /// neither; `referenced` is false while the region is out of the list.
 pub(super) struct Book {
     /// Handles that refer to the region.
@@ -71,14 +72,6 @@ pub(super) struct Book {
     pub(super) kept: u32,
 }
 
-/// Index of a kind's tree in `Inner::regions`.
-pub(super) fn tree_index(kind: PinKind) -> usize {
-    match kind {
-        PinKind::Callback => 0,
-        PinKind::Persistent => 1,
-    }
-}
-
 /// Handle nodes a context keeps for reuse: a program that pins and unpins a few buffers in
 /// turn allocates nothing for its handles.
 pub(super) const SPARE_HANDLES: usize = 8;
@@ -88,10 +81,10 @@ impl Inner {
         region.book.access(self)
     }
 
-    /// The live region of `kind` that contains `range`, if any. Revoked regions found on
-    /// the way are taken out at once.
-    pub(super) fn lookup(&mut self, kind: PinKind, range: &GpuRange) -> Option<Arc<Region>> {
-        let (_, candidate) = self.regions[tree_index(kind)].floor(range.start())?;
+    /// The live cached region that contains `range`, if any. Revoked regions found on the way
+    /// are taken out at once.
+    pub(super) fn lookup(&mut self, range: &GpuRange) -> Option<Arc<Region>> {
+        let (_, candidate) = self.regions.floor(range.start())?;
         if candidate.pinned.is_revoked() {
             self.forget(&candidate);
             return None;
@@ -103,19 +96,15 @@ impl Inner {
             .then_some(candidate)
     }
 
-    /// The live regions of `kind` that overlap `range`; revoked ones are taken out.
-    pub(super) fn overlapping(
-        &mut self,
-        kind: PinKind,
-        range: &GpuRange,
-    ) -> Result<KVec<Arc<Region>>> {
+    /// The live cached regions that overlap `range`; revoked ones are taken out.
+    pub(super) fn overlapping(&mut self, range: &GpuRange) -> Result<KVec<Arc<Region>>> {
         let mut found = KVec::new();
         let mut revoked = KVec::new();
         let mut failed = Ok(());
-        // The regions of a tree never overlap one another, so of those that start at or
+        // The cached regions never overlap one another, so of those that start at or
         // before the range only the last can reach into it: the walk starts there, not at
         // the first region (a miss stays O(log n + overlaps) with many regions cached).
-        self.regions[tree_index(kind)].walk_from(range.start(), |start, region| {
+        self.regions.walk_from(range.start(), |start, region| {
             if start >= range.end() {
                 return false;
             }
@@ -140,7 +129,7 @@ impl Inner {
     /// and given back unless a handle or a kept reference holds them. On failure the region
     /// is given back.
     pub(super) fn replace(&mut self, region: &Arc<Region>) -> Result {
-        let replaced = match self.overlapping(region.pinned.kind(), region.pinned.range()) {
+        let replaced = match self.overlapping(region.pinned.range()) {
             Ok(replaced) => replaced,
             Err(e) => {
                 // Pinned but in no tree and no account yet: give it back at once.
@@ -159,18 +148,17 @@ impl Inner {
         self.insert(region).inspect_err(|_| self.release(region))
     }
 
-    /// Puts a region in its kind's tree, where no region overlaps it.
+    /// Puts a region in the index, where no region overlaps it.
     pub(super) fn insert(&mut self, region: &Arc<Region>) -> Result {
-        self.regions[tree_index(region.pinned.kind())]
+        self.regions
             .insert(region.pinned.range().start(), region.clone())?;
         region.book.access_mut(self).in_tree = true;
         Ok(())
     }
 
-    /// Takes a region out of the tree and the eviction list, in use or not (handles keep it
+    /// Takes a region out of the index and the eviction list, in use or not (handles keep it
     /// alive).
     pub(super) fn forget(&mut self, region: &Arc<Region>) {
-        let kind = region.pinned.kind();
         let start = region.pinned.range().start();
         let book = region.book.access_mut(self);
         let (in_tree, in_lru) = (book.in_tree, book.in_lru);
@@ -179,7 +167,7 @@ impl Inner {
         book.referenced = false;
         if in_tree {
             // Never allocates: a forget cannot fail.
-            drop(self.regions[tree_index(kind)].remove_if(start, |r| Arc::ptr_eq(r, region)));
+            drop(self.regions.remove_if(start, |r| Arc::ptr_eq(r, region)));
         }
         if in_lru {
             self.lru_remove(region);
@@ -336,7 +324,7 @@ impl Inner {
     }
 
     /// What NVIDIA's free callback left for the context's lock
-    /// ([`Context::revoked`](super::Context)): the revoked region leaves the tree, the LRU and
+    /// ([`Context::revoked`](super::Context)): the revoked region leaves the index, the LRU and
     /// the context's accounting, and is counted as a callback of the context.
     pub(super) fn reap(&mut self, region: &Arc<Region>) {
         self.forget(region);

@@ -31,15 +31,10 @@ mod tests {
         Context::new(Env::get()?, false, Numbering::Counted)
     }
 
-    /// Caches a region of `kind` over `range`: accounted, in the tree, unused (in the
+    /// Caches a callback pin's region over `range`: accounted, in the index, unused (in the
     /// eviction list).
-    fn cache(
-        ctx: &Arc<Context>,
-        inner: &mut Inner,
-        kind: PinKind,
-        range: GpuRange,
-    ) -> Result<Arc<Region>> {
-        let region = Region::new(ctx, range, kind, Tokens::default())?;
+    fn cache(ctx: &Arc<Context>, inner: &mut Inner, range: GpuRange) -> Result<Arc<Region>> {
+        let region = Region::new(ctx, range, PinKind::Callback, Tokens::default())?;
         inner.account(&region);
         inner.insert(&region)?;
         inner.make_unused(&region);
@@ -47,7 +42,7 @@ mod tests {
     }
 
     /// The starts (in pages) of the regions `evict_lru` takes, in its order, until it takes
-    /// none. Each must be one of `cached` (regions in their tree): the one that left its tree.
+    /// none. Each must be one of `cached` (regions in the index): the one that left it.
     fn evictions(inner: &mut Inner, cached: &[&Arc<Region>]) -> Result<KVec<u64>> {
         let mut order = KVec::new();
         let mut gone = KVec::from_elem(false, cached.len(), GFP_KERNEL)?;
@@ -77,10 +72,10 @@ mod tests {
         let ctx = context()?;
         let r = {
             let mut inner = ctx.inner.lock();
-            let r = cache(&ctx, &mut inner, PinKind::Callback, pages(10, 4)?)?;
+            let r = cache(&ctx, &mut inner, pages(10, 4)?)?;
             let hit = |inner: &mut Inner, first, n| -> Result<bool> {
                 Ok(inner
-                    .lookup(PinKind::Callback, &pages(first, n)?)
+                    .lookup(&pages(first, n)?)
                     .is_some_and(|found| Arc::ptr_eq(&found, &r)))
             };
             // Inside, at both edges, the whole region.
@@ -91,8 +86,6 @@ mod tests {
             assert!(!hit(&mut inner, 9, 2)?);
             assert!(!hit(&mut inner, 13, 2)?);
             assert!(!hit(&mut inner, 20, 1)?);
-            // The other kind's tree does not serve it.
-            assert!(inner.lookup(PinKind::Persistent, &pages(10, 1)?).is_none());
             r
         };
         ctx.close();
@@ -106,11 +99,11 @@ mod tests {
         {
             let mut inner = ctx.inner.lock();
             for (first, n) in [(0, 2), (4, 2), (8, 2), (12, 2)] {
-                cache(&ctx, &mut inner, PinKind::Callback, pages(first, n)?)?;
+                cache(&ctx, &mut inner, pages(first, n)?)?;
             }
             let starts = |inner: &mut Inner, first, n| -> Result<KVec<u64>> {
                 let mut v = KVec::new();
-                for r in inner.overlapping(PinKind::Callback, &pages(first, n)?)? {
+                for r in inner.overlapping(&pages(first, n)?)? {
                     v.push(r.pinned.range().start() / GPU_PAGE_SIZE, GFP_KERNEL)?;
                 }
                 Ok(v)
@@ -133,10 +126,10 @@ mod tests {
         let ctx = context()?;
         {
             let mut inner = ctx.inner.lock();
-            cache(&ctx, &mut inner, PinKind::Callback, pages(0, 2)?)?;
-            let used = cache(&ctx, &mut inner, PinKind::Callback, pages(4, 2)?)?;
-            cache(&ctx, &mut inner, PinKind::Callback, pages(8, 2)?)?;
-            let apart = cache(&ctx, &mut inner, PinKind::Callback, pages(12, 2)?)?;
+            cache(&ctx, &mut inner, pages(0, 2)?)?;
+            let used = cache(&ctx, &mut inner, pages(4, 2)?)?;
+            cache(&ctx, &mut inner, pages(8, 2)?)?;
+            let apart = cache(&ctx, &mut inner, pages(12, 2)?)?;
             inner.take_ref(&used);
             // What a miss over pages 1..9 pins: the request grown over the three it overlaps.
             let merged = Region::new(&ctx, pages(0, 10)?, PinKind::Callback, Tokens::default())?;
@@ -144,11 +137,11 @@ mod tests {
             // It serves all their pages; the two unused ones were given back, the used one
             // only left the cache (its user gives it back); the one apart stays.
             for first in [0, 5, 9] {
-                let found = inner.lookup(PinKind::Callback, &pages(first, 1)?);
+                let found = inner.lookup(&pages(first, 1)?);
                 assert!(found.is_some_and(|r| Arc::ptr_eq(&r, &merged)));
             }
             assert!(inner
-                .lookup(PinKind::Callback, &pages(12, 2)?)
+                .lookup(&pages(12, 2)?)
                 .is_some_and(|r| Arc::ptr_eq(&r, &apart)));
             assert_eq!(inner.stats.merges, 2);
             assert_eq!(inner.stats.regions, 3);
@@ -170,9 +163,9 @@ mod tests {
         let ctx = context()?;
         {
             let mut inner = ctx.inner.lock();
-            let a = cache(&ctx, &mut inner, PinKind::Callback, pages(0, 1)?)?;
-            let b = cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
-            let c = cache(&ctx, &mut inner, PinKind::Callback, pages(4, 1)?)?;
+            let a = cache(&ctx, &mut inner, pages(0, 1)?)?;
+            let b = cache(&ctx, &mut inner, pages(2, 1)?)?;
+            let c = cache(&ctx, &mut inner, pages(4, 1)?)?;
             // A hit leaves `a` in its place, referenced; unused again, it goes after the
             // others, which nobody hit.
             inner.take_ref(&a);
@@ -183,7 +176,7 @@ mod tests {
             assert!(!inner.evict_lru());
             assert_eq!((inner.stats.regions, inner.stats.pinned_bytes), (0, 0));
             // Evicted regions are out of the tree: no hit.
-            assert!(inner.lookup(PinKind::Callback, &pages(0, 1)?).is_none());
+            assert!(inner.lookup(&pages(0, 1)?).is_none());
         }
         ctx.close();
         Ok(())
@@ -196,10 +189,7 @@ mod tests {
             let mut inner = ctx.inner.lock();
             let mut r = KVec::new();
             for first in [0, 2, 4, 6, 8] {
-                r.push(
-                    cache(&ctx, &mut inner, PinKind::Callback, pages(first, 1)?)?,
-                    GFP_KERNEL,
-                )?;
+                r.push(cache(&ctx, &mut inner, pages(first, 1)?)?, GFP_KERNEL)?;
             }
             // Hits on the second and fourth (unused again at once), two on the third.
             for i in [1, 2, 3, 2] {
@@ -220,12 +210,12 @@ mod tests {
         let ctx = context()?;
         {
             let mut inner = ctx.inner.lock();
-            let used = cache(&ctx, &mut inner, PinKind::Callback, pages(0, 1)?)?;
-            let other = cache(&ctx, &mut inner, PinKind::Callback, pages(2, 1)?)?;
+            let used = cache(&ctx, &mut inner, pages(0, 1)?)?;
+            let other = cache(&ctx, &mut inner, pages(2, 1)?)?;
             // A hit leaves it in the eviction list, where evictions pass it by.
             inner.take_ref(&used);
             assert_eq!(&evictions(&mut inner, &[&used, &other])?[..], &[2]);
-            assert!(inner.lookup(PinKind::Callback, &pages(0, 1)?).is_some());
+            assert!(inner.lookup(&pages(0, 1)?).is_some());
             // Passed by in use, it left the list, and the limits cannot take it either.
             assert!(!inner.book(&used).in_lru && inner.lru.is_empty());
             inner.trim(&Limits {
@@ -250,7 +240,7 @@ mod tests {
         {
             let mut inner = ctx.inner.lock();
             for first in 0..4 {
-                cache(&ctx, &mut inner, PinKind::Callback, pages(first * 2, 1)?)?;
+                cache(&ctx, &mut inner, pages(first * 2, 1)?)?;
             }
             // Within every limit, or none set: nothing goes.
             inner.trim(&NONE);
@@ -267,8 +257,8 @@ mod tests {
             });
             assert_eq!(inner.stats.regions, 2);
             assert_eq!(inner.stats.evictions_limit, 2);
-            assert!(inner.lookup(PinKind::Callback, &pages(0, 1)?).is_none());
-            assert!(inner.lookup(PinKind::Callback, &pages(4, 1)?).is_some());
+            assert!(inner.lookup(&pages(0, 1)?).is_none());
+            assert!(inner.lookup(&pages(4, 1)?).is_some());
             // One page's bytes at most: one more goes.
             inner.trim(&Limits {
                 ctx_bytes: GPU_PAGE_SIZE,
@@ -276,7 +266,7 @@ mod tests {
             });
             assert_eq!(inner.stats.regions, 1);
             assert_eq!(inner.stats.pinned_bytes, GPU_PAGE_SIZE);
-            assert!(inner.lookup(PinKind::Callback, &pages(6, 1)?).is_some());
+            assert!(inner.lookup(&pages(6, 1)?).is_some());
         }
         ctx.close();
         Ok(())

@@ -213,6 +213,49 @@ fn persistent_pins() -> TestResult {
     }
 }
 
+/// A persistent pin is never served from the cache: NVIDIA never calls it back, so a cached
+/// one would outlive its memory's free and serve the next allocation at the same address with
+/// the freed memory it keeps alive. After pin, unpin, free and a new allocation at the same
+/// address, a persistent pin of that address must give the new allocation's bus addresses
+/// (p2pclient's pin of it, the oracle) and its contents.
+fn persistent_pin_after_a_free_pins_the_new_memory() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = match d.pin(va, K64, PinFlags::PERSISTENT) {
+        Err(e) if e.errno_of() == Some(Errno::OPNOTSUPP) => return Ok(()),
+        r => ok(r, "persistent pin")?,
+    };
+    ok(d.unpin(p.handle), "unpin")?;
+    gpu.free(va).map_err(errno)?;
+    let (again, _) = gpu.alloc(K64).map_err(errno)?;
+    check_eq!(
+        again,
+        va,
+        "the new allocation's address (the test needs it reused)"
+    );
+    gpu.fill(va, 0x5a, K64 as usize).map_err(errno)?;
+    let q = ok(
+        d.pin(va, K64, PinFlags::PERSISTENT),
+        "persistent pin of the new allocation",
+    )?;
+    check_eq!(
+        ok(d.get_pages(q.handle), "pages")?,
+        p2pclient_addresses(va, K64)?,
+        "bus addresses of the persistent pin of the new allocation"
+    );
+    let mut byte = [0u8];
+    ok(d.map(q.handle, 0, K64 as usize), "map")?.read(0, &mut byte);
+    check_eq!(byte[0], 0x5a, "first byte through the pin's mapping");
+    ok(d.unpin(q.handle), "unpin")?;
+    check_eq!(
+        stat("persistent_pins_live")?,
+        0,
+        "persistent pins after both unpins"
+    );
+    gpu.free(va).map_err(errno)
+}
+
 /// Page tables of majors 1 and 2 are read; any other is given back and the pin refused
 /// with the errno of row `table-version-major` of security.rst's table (run with nvsim's
 /// `page_table_version` at 2.0, 1.2 and 3.0).
@@ -260,5 +303,9 @@ pub const TESTS: &[Test] = &[
         get_pages_needs_room_and_rawio,
     ),
     ("gdrpeer-persistent-pins", persistent_pins),
+    (
+        "gdrpeer-persistent-pin-after-a-free-pins-the-new-memory",
+        persistent_pin_after_a_free_pins_the_new_memory,
+    ),
     ("gdrpeer-table-version-checked", table_version_checked),
 ];
