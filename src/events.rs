@@ -33,8 +33,12 @@ use crate::notify::Notifier;
 ///
 /// `reading <= pending.len() <= reserved <= pending.capacity()`.
 struct Queue {
-    /// Revoked handles, oldest first.
-    pending: KVec<u64>,
+    /// Revoked handles, oldest first. Past 4 MiB (half a million slots) no kmalloc bucket
+    /// holds it, so it may be vmalloc'd: it is freed only where sleeping is allowed (a
+    /// replaced array after the spinlock, [`Events::reserve`]; the queue with its last
+    /// reference, which a context and its regions' notifiers hold, dropped where a pin's drop
+    /// may take a mutex).
+    pending: KVVec<u64>,
     /// Slots held: one per pending event and one per handle that may still be revoked.
     reserved: usize,
     /// The first `reading` events are being handed out by a reader ([`Events::read`]), which
@@ -83,7 +87,7 @@ impl Events {
                 // INVARIANT: nothing pending, nothing reserved.
                 queue <- new_spinlock!(
                     Queue {
-                        pending: KVec::new(),
+                        pending: KVVec::new(),
                         reserved: 0,
                         reading: 0,
                         cancelled: 0,
@@ -112,8 +116,9 @@ impl Events {
                     .max(q.pending.capacity() * 2)
                     .max(MIN_SLOTS)
             };
-            // Allocated without the spinlock; installed if still big enough.
-            let mut bigger = KVec::with_capacity(need, GFP_KERNEL)?;
+            // Allocated without the spinlock; installed if still big enough. A failure is
+            // the caller's -ENOMEM, not a warning.
+            let mut bigger = KVVec::with_capacity(need, GFP_KERNEL | __GFP_NOWARN)?;
             let mut q = self.queue.lock();
             if q.reserved < q.pending.capacity() {
                 q.reserved += 1;
@@ -125,9 +130,12 @@ impl Events {
             }
             // The capacity suffices: this does not allocate.
             bigger.extend_from_slice(&q.pending, GFP_NOWAIT)?;
-            q.pending = bigger;
+            let old = core::mem::replace(&mut q.pending, bigger);
             // INVARIANT: `reserved + 1 <= capacity`, and nothing was dropped from `pending`.
             q.reserved += 1;
+            drop(q);
+            // Freed without the spinlock: vfree may sleep.
+            drop(old);
             return Ok(());
         }
     }

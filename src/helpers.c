@@ -31,6 +31,11 @@ void gdrpeer_vma_set_pfnmap(struct vm_area_struct *vma, bool wc)
 		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 }
 
+bool gdrpeer_vma_is_shared(struct vm_area_struct *vma)
+{
+	return vma->vm_flags & VM_MAYSHARE;
+}
+
 struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf)
 {
 	return vmf->vma;

@@ -20,6 +20,12 @@
  * if wc, else with the vma's default (cached) protection.
  */
 void gdrpeer_vma_set_pfnmap(struct vm_area_struct *vma, bool wc);
+/*
+ * Whether the vma is a shared mapping (VM_MAYSHARE; mmap() leaves VM_SHARED out
+ * of one on a file not open for writing). In C: the kernel crate's binding of
+ * VM_MAYSHARE is VM_MAYEXEC's value (rust/bindings/bindings_helper.h, 7.2).
+ */
+bool gdrpeer_vma_is_shared(struct vm_area_struct *vma);
 struct vm_area_struct *gdrpeer_vmf_vma(struct vm_fault *vmf);
 unsigned long gdrpeer_vmf_pgoff(struct vm_fault *vmf);
 /* vmf_insert_pfn_prot() at the fault's address with the vma's protection. */

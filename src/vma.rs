@@ -98,9 +98,12 @@ pub(crate) fn pgoff(vma: &VmaNew) -> usize {
     unsafe { (*vma.as_ptr()).vm_pgoff }
 }
 
-/// Whether the new mapping is `MAP_SHARED`.
+/// Whether the new mapping is `MAP_SHARED`: `VM_MAYSHARE`, which mmap(2) sets for every
+/// shared mapping, where `VM_SHARED` is left out of one on a file not open for writing.
 pub(crate) fn is_shared(vma: &VmaNew) -> bool {
-    vma.flags() & bindings::VM_SHARED != 0
+    // SAFETY: `vma` is a vma being set up, valid while borrowed; the helper reads its
+    // flags, which nobody writes meanwhile (`mmap_lock` is held for writing).
+    unsafe { helpers::gdrpeer_vma_is_shared(vma.as_ptr()) }
 }
 
 /// The vm_ops of mappings served by `T`.

@@ -90,7 +90,7 @@ struct gdrpeer_info {
 	__u32 page_size;	/* out */
 	__u64 region_va;	/* out: the cached region that serves the window */
 	__u64 region_len;	/* out */
-	__u32 flags;		/* out: GDRPEER_PIN_* the region was pinned with */
+	__u32 flags;		/* out: GDRPEER_PIN_PERSISTENT or 0 */
 	__u32 pad;
 };
 

@@ -29,15 +29,15 @@ results() {
 # gdrpeer-test reports one result per case (Documentation/dev/testing.rst). A small
 # region limit lets it see LRU eviction. GDRPEER_FILTER picks the cases (the
 # plan's filter by default), GDRPEER_SUFFIX is appended to their names,
-# GDRPEER_PARAMS replaces gdrpeer.ko's parameters, and the arguments go to
-# nvsim.ko.
+# GDRPEER_PARAMS replaces gdrpeer.ko's parameters, GDRPEER_MODE (--large) picks
+# another table than the default run's, and the arguments go to nvsim.ko.
 gdrpeer_suite() {
 	unload_nv_stack
 	load $M/nvsim.ko "$@" || { echo "@@ RESULT FAIL gdrpeer-suite$GDRPEER_SUFFIX nvsim-load"; return; }
 	load $M/p2pclient.ko || { echo "@@ RESULT FAIL gdrpeer-suite p2pclient-load"; unload nvsim; return; }
 	load $M/gdrpeer.ko ${GDRPEER_PARAMS:-cache_max_regions=4} ||
 		{ echo "@@ RESULT FAIL gdrpeer-suite gdrpeer-load"; unload p2pclient; unload nvsim; return; }
-	results gdrpeer-test "$GDRPEER_SUFFIX" gdrpeer-test "${GDRPEER_FILTER:-$TEST_FILTER}"
+	results gdrpeer-test "$GDRPEER_SUFFIX" gdrpeer-test $GDRPEER_MODE "${GDRPEER_FILTER:-$TEST_FILTER}"
 	rmmod gdrpeer || echo "@@ RESULT FAIL gdrpeer-rmmod-after-suite$GDRPEER_SUFFIX"
 	unload p2pclient
 	unload nvsim

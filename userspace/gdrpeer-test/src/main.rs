@@ -106,6 +106,12 @@ fn main() -> ExitCode {
             let filter = args.get(1).cloned().unwrap_or_default();
             return exit(harness::run_tests(&tests, &filter, nic::nic_released));
         }
+        // The cases that take half a million operations: run on the kernels without
+        // sanitizers (tests/plans/stock.sh), where they take a minute rather than several.
+        Some("--large") => {
+            let filter = args.get(1).cloned().unwrap_or_default();
+            return exit(harness::run_tests(tests::LARGE, &filter, all_released));
+        }
         // gdrcopy's sanity scenarios over CUDA; --cuda-only without the module.
         Some(mode @ ("--cuda" | "--cuda-only")) => {
             if let Err(e) = sanity::load() {

@@ -143,7 +143,7 @@ pub struct Info {
     pub region_va: u64,
     /// Out: length of that region in bytes.
     pub region_len: u64,
-    /// Out: the `PIN_*` flags the region was pinned with.
+    /// Out: `PIN_PERSISTENT` for a persistent pin, else 0 (`PIN_NOCACHE` is not reported).
     pub flags: u32,
     /// Padding, must be zero.
     pub pad: u32,

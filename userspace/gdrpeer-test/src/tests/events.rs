@@ -561,6 +561,45 @@ fn events_unpin_during_a_failed_read_drops_the_event() -> TestResult {
     unpin_during_a_read(true)
 }
 
+/// A file's event queue holds a slot for every handle that may be revoked, so a file with
+/// more than half a million handles needs more than the 4 MiB kmalloc's largest bucket holds
+/// (x86_64): one handle past that many pins and unpins without a failure or a warning (the
+/// log oracle), and a free revokes each handle once.
+fn events_half_a_million_handles_on_one_file() -> TestResult {
+    const HANDLES: usize = (4 << 20) / 8 + 1;
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    for i in 0..HANDLES {
+        d.pin(va, K64, PinFlags::empty())
+            .map_err(|e| format!("pin {} of {HANDLES}: {e}", i + 1))?;
+    }
+    gpu.free(va).map_err(errno)?;
+    nonblocking(d.as_fd())?;
+    let mut seen = vec![false; HANDLES + 1];
+    let mut buf = [0u8; 32 * RECORD];
+    loop {
+        let n = match read(d.as_fd(), &mut buf) {
+            Ok(n) => n,
+            Err(Errno::AGAIN) => break,
+            Err(e) => return Err(format!("read: {e}")),
+        };
+        for r in buf[..n].chunks(RECORD) {
+            let h = u64::from_ne_bytes(r[..8].try_into().unwrap()) as usize;
+            check!(
+                (1..=HANDLES).contains(&h) && !std::mem::replace(&mut seen[h], true),
+                "event of handle {h}: not one of the file's, or a second one"
+            );
+        }
+    }
+    check_eq!(
+        seen.iter().filter(|&&s| s).count(),
+        HANDLES,
+        "handles revoked by the free"
+    );
+    Ok(())
+}
+
 pub const TESTS: &[Test] = &[
     (
         "gdrpeer-events-fire-once-per-revocation",
@@ -599,3 +638,9 @@ pub const TESTS: &[Test] = &[
         events_unpin_during_a_failed_read_drops_the_event,
     ),
 ];
+
+/// The cases of `gdrpeer-test --large`.
+pub const LARGE_TESTS: &[Test] = &[(
+    "gdrpeer-events-half-a-million-handles-on-one-file",
+    events_half_a_million_handles_on_one_file,
+)];

@@ -7,10 +7,10 @@
 //! and eviction leave it working); and its end when the handle is unpinned or NVIDIA frees the
 //! memory: zapped before the pages can go, SIGBUS after.
 
-use crate::helpers::raw_mmap;
 use crate::helpers::{
     dev, eventually, fails, mapping_round_trip, ok, pattern, small_region_limit, K64,
 };
+use crate::helpers::{pin_args, raw_mmap, raw_pin};
 use crate::proc::{
     byte, dies_of_sigbus, fork, recv_fd, send_byte, send_fd, unix_pair, wait, wait_status,
 };
@@ -177,6 +177,46 @@ fn mmap_private_is_einval() -> TestResult {
     }
     check_eq!(r.err(), Some(Errno::INVAL), "MAP_PRIVATE");
     ok(d.unpin(p.handle), "unpin")
+}
+
+/// A file opened read-only maps `MAP_SHARED` with `PROT_READ`: mmap(2) leaves `VM_SHARED` out
+/// of such a mapping (only `VM_MAYSHARE` says it is shared), and it reads the GPU's bytes.
+fn mmap_shared_read_only_file_reads() -> TestResult {
+    use rustix::fs::{open, Mode, OFlags};
+    use rustix::mm::{mmap, ProtFlags};
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    gpu.fill(va, 0xa7, K64 as usize).map_err(errno)?;
+    let fd = open(
+        "/dev/gdrpeer",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    let handle = raw_pin(fd.as_fd(), pin_args(va, K64))
+        .map_err(|e| format!("PIN on a read-only file: {e}"))?;
+    // SAFETY: a new mapping at an address of the kernel's choice replaces nothing.
+    let p = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            K4 as usize,
+            ProtFlags::READ,
+            MapFlags::SHARED,
+            fd.as_fd(),
+            uapi::mmap_offset(handle, 0),
+        )
+    }
+    .map_err(|e| format!("MAP_SHARED, PROT_READ of a read-only file: {e}"))?;
+    // SAFETY: the mapping just made is readable for its 4 KiB.
+    let byte = unsafe { std::ptr::read_volatile(p.cast::<u8>()) };
+    // SAFETY: the mapping just made, unmapped once.
+    unsafe { munmap(p, K4 as usize) }.map_err(errno)?;
+    check_eq!(
+        byte,
+        0xa7,
+        "first byte through the read-only file's mapping"
+    );
+    gpu.free(va).map_err(errno)
 }
 
 /// A forked child may not map the opener's file (EACCES), and does not inherit its mappings
@@ -730,6 +770,10 @@ pub const TESTS: &[Test] = &[
         mmap_past_the_window_is_einval,
     ),
     ("gdrpeer-mmap-private-is-einval", mmap_private_is_einval),
+    (
+        "gdrpeer-mmap-shared-read-only-file-reads",
+        mmap_shared_read_only_file_reads,
+    ),
     (
         "gdrpeer-mmap-fork-child-gets-eacces-and-no-mapping",
         mmap_fork_child_gets_eacces_and_no_mapping,

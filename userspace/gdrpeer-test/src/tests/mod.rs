@@ -32,6 +32,10 @@ const SUBJECTS: [&[Test]; 11] = [
     failnth::TESTS,
 ];
 
+/// The cases of `gdrpeer-test --large`, too long for the test kernel's sanitizers (not in
+/// the default run).
+pub const LARGE: &[Test] = events::LARGE_TESTS;
+
 /// Every test of the default run, in order.
 pub fn all() -> Vec<Test> {
     SUBJECTS.concat()
