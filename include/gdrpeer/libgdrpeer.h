@@ -105,9 +105,11 @@ struct gdrpeer_lib_event {
 gdrpeer_t *gdrpeer_open(const char *path);
 
 /*
- * Closes the device: every pin of it is unpinned. Mappings and exported
- * dma-bufs live on (each holds its memory). NULL is ignored. g must not be
- * used afterwards, nor closed twice.
+ * Closes the device: every pin of it is unpinned once no mapping of it is
+ * left. A mapping holds the open file, so while one lives every pin of the
+ * file stays (munmap, or gdrpeer_unmap(), the mappings to give them back).
+ * Exported dma-bufs live on (each holds its memory). NULL is ignored. g must
+ * not be used afterwards, nor closed twice.
  */
 void gdrpeer_close(gdrpeer_t *g);
 
@@ -174,7 +176,9 @@ int gdrpeer_map(const gdrpeer_t *g, uint64_t handle, uint64_t offset, size_t len
 
 /*
  * Unmaps a mapping gdrpeer_map() returned: addr and len exactly as mapped
- * and given, once. Nothing may access the range afterwards.
+ * and given, once. Nothing may access the range afterwards. Returns 0, or
+ * munmap(2)'s -errno (EINVAL: addr off a page boundary). In a forked child,
+ * which has no such mapping, it unmaps nothing and returns 0.
  */
 int gdrpeer_unmap(void *addr, size_t len);
 
@@ -200,10 +204,11 @@ int gdrpeer_export_dmabuf_range(const gdrpeer_t *g, uint64_t va, uint64_t len, u
  * Reads up to max queued revocation events (module ABI 1.3) into events,
  * which has room for max records (max > 0), oldest first; each event is
  * returned once. Waits up to timeout_ms milliseconds for one (0: not at all,
- * -1: for ever). Returns the number read, 0 if none came in time. With a
- * timeout, a module of ABI 1.6 or later is never waited on past it, also
- * when threads read one gdrpeer_t at once; before 1.6 a thread that another
- * beat to the last event waits in read(2) for the next.
+ * -1: for ever). Returns the number read, 0 if none came in time. A signal
+ * does not end the wait: it goes on for the time left. With a timeout, a
+ * module of ABI 1.6 or later is never waited on past it, also when threads
+ * read one gdrpeer_t at once; before 1.6 a thread that another beat to the
+ * last event waits in read(2) for the next, until a signal (then 0).
  */
 int gdrpeer_read_events(const gdrpeer_t *g, struct gdrpeer_lib_event *events, size_t max,
 			int timeout_ms);

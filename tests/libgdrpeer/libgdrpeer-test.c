@@ -163,6 +163,10 @@ static int check_pin_map_copy(gdrpeer_t *g)
 		failf("the mapping does not show what cuMemcpyHtoD wrote");
 		goto unmap;
 	}
+	/* munmap's own error comes back: an address off a page boundary. */
+	if (expect_error("gdrpeer_unmap off a page boundary",
+			 gdrpeer_unmap((char *)map + 1, window), EINVAL, "munmap"))
+		goto unmap;
 	ret = 0;
 unmap:
 	if (gdrpeer_unmap(map, window) && !ret)

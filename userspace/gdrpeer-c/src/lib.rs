@@ -405,8 +405,10 @@ pub unsafe extern "C" fn gdrpeer_unmap(addr: *mut c_void, len: usize) -> c_int {
     }
     // SAFETY: the caller's contract: a mapping gdrpeer_map returned, of this length, not
     // unmapped yet.
-    drop(unsafe { Mapping::from_raw(addr.cast(), len) });
-    0
+    match unsafe { Mapping::from_raw(addr.cast(), len) }.unmap() {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
 }
 
 /// See libgdrpeer.h.

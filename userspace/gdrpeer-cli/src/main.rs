@@ -852,7 +852,10 @@ fn watch<S: gdrpeer::EventSource, E: Into<CliError>>(
     // The frees are this thread's (a CUDA context is current per thread): between waits.
     let start = std::time::Instant::now();
     let mut to_free = bufs.iter().enumerate().filter_map(|(i, &va)| {
-        free_after.map(|after| (start + Duration::from_secs(after + i as u64), va))
+        // An instant past what the clock can hold is never: that buffer is not freed.
+        let at = free_after.and_then(|after| after.checked_add(i as u64));
+        at.and_then(|s| start.checked_add(Duration::from_secs(s)))
+            .map(|at| (at, va))
     });
     let mut next_free = to_free.next();
     let mut last_event = std::time::Instant::now();
@@ -867,7 +870,7 @@ fn watch<S: gdrpeer::EventSource, E: Into<CliError>>(
             next_free = to_free.next();
             continue;
         }
-        let deadline = timeout.map(|t| last_event + Duration::from_secs(t));
+        let deadline = timeout.and_then(|t| last_event.checked_add(Duration::from_secs(t)));
         let wait = [deadline, next_free.map(|(at, _)| at)]
             .into_iter()
             .flatten()

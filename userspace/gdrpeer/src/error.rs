@@ -71,7 +71,7 @@ pub enum Error {
         ptr: u64,
     },
     /// The registration cache was asked for a range that runs past the end of its
-    /// allocation.
+    /// allocation, or for an empty one (`len` 0).
     #[non_exhaustive]
     OutOfRange {
         /// The pointer asked for.
@@ -160,6 +160,10 @@ impl fmt::Display for Error {
                 call, name, text, ..
             } => write!(f, "{call}: {name} ({text})"),
             Error::InvalidPointer { ptr } => write!(f, "{ptr:#x} is not live CUDA device memory"),
+            Error::OutOfRange { ptr, len: 0, .. } => write!(
+                f,
+                "{ptr:#x}+0 is an empty range: a registration needs at least one byte"
+            ),
             Error::OutOfRange {
                 ptr,
                 len,

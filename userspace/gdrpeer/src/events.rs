@@ -70,7 +70,8 @@ pub trait EventSource: AsFd {
         let fd = self.as_fd();
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
         let ts = timeout.map(|t| Timespec {
-            tv_sec: t.as_secs() as _,
+            // Past the largest time_t: as good as for ever (not a negative, invalid time).
+            tv_sec: t.as_secs().min(i64::MAX as u64) as _,
             tv_nsec: t.subsec_nanos() as _,
         });
         match poll(&mut fds, ts.as_ref()) {
@@ -98,7 +99,8 @@ pub trait EventSource: AsFd {
     }
 
     /// Reads the queued events, oldest first, waiting up to `timeout` (`None`: for ever) for
-    /// one: empty if none came in time, or if a signal ended the wait.
+    /// one: empty if none came in time. A signal does not end the wait (it goes on for the
+    /// time left).
     fn read_events_within(&self, timeout: Option<Duration>) -> Result<Vec<Event>, Error> {
         let mut raw = [uapi::Event::default(); BATCH];
         let n = self.read_records(&mut raw, timeout)?;
@@ -106,8 +108,9 @@ pub trait EventSource: AsFd {
     }
 
     /// Reads up to `out.len()` records into `out`, oldest first, waiting up to `timeout`
-    /// (`None`: for ever) for one; how many. 0: none came in time, or a signal ended a wait
-    /// with a timeout.
+    /// (`None`: for ever) for one; how many. 0: none came in time. A signal does not end the
+    /// wait: it goes on for the time left (a profiler's SIGPROF would otherwise cut every
+    /// timed wait short, indistinguishable from a timeout).
     ///
     /// With a timeout the read itself never waits: it is a `RWF_NOWAIT` read (ABI 1.6), so a
     /// thread that another thread's read beat to the last event goes back to poll(2) rather
@@ -128,16 +131,14 @@ pub trait EventSource: AsFd {
             match read_once(fd, out, ReadMode::NoWait) {
                 Err(e) if e.errno() == Some(Errno::AGAIN.raw_os_error()) => {}
                 Err(e) if refused.contains(&e.errno()) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    return match self.wait_events(Some(left))? {
+                    return match readable_by(self, deadline)? {
                         true => read_once(fd, out, ReadMode::UntilSignal),
                         false => Ok(0),
                     };
                 }
                 r => return r,
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.wait_events(Some(left))? {
+            if !readable_by(self, deadline)? {
                 return Ok(0);
             }
         }
@@ -151,6 +152,21 @@ pub trait EventSource: AsFd {
         Events {
             src: self,
             queued: Vec::new().into_iter(),
+        }
+    }
+}
+
+/// Waits until `src` is readable or `deadline` passes (looking at least once); whether it
+/// became readable. A signal's early end of poll(2) is waited out: only the deadline ends
+/// the wait.
+fn readable_by<S: EventSource + ?Sized>(src: &S, deadline: Instant) -> Result<bool, Error> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if src.wait_events(Some(left))? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
         }
     }
 }
@@ -242,6 +258,48 @@ mod tests {
 
     fn source(path: &str) -> Source {
         Source(File::open(path).expect(path))
+    }
+
+    /// A signal that ends poll(2) early (SIGUSR1 with a handler, no `SA_RESTART`) does not
+    /// end a timed read: it returns nothing only once the time is up.
+    #[test]
+    fn a_signal_does_not_cut_a_timed_read_short() {
+        extern "C" fn nothing(_: libc::c_int) {}
+        // SAFETY: installs an empty handler; `sa` is fully initialized (zeroed, then the
+        // handler), and without SA_RESTART a caught signal ends poll(2) with EINTR.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = nothing as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+        }
+        let (quiet, _other_end) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        struct Quiet(std::os::unix::net::UnixStream);
+        impl AsFd for Quiet {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.0.as_fd()
+            }
+        }
+        impl EventSource for Quiet {}
+        // SAFETY: pthread_self has no precondition.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let signaller = std::thread::spawn(move || {
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(50));
+                // SAFETY: `me` is the test's thread, which lives until this thread is joined.
+                unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR1) };
+            }
+        });
+        let timeout = Duration::from_millis(400);
+        let start = Instant::now();
+        let mut out = [uapi::Event::default(); 1];
+        let n = Quiet(quiet).read_records(&mut out, Some(timeout));
+        let took = start.elapsed();
+        signaller.join().expect("signaller");
+        assert_eq!(n.ok(), Some(0));
+        assert!(
+            took >= timeout,
+            "returned after {took:?}, before its {timeout:?}"
+        );
     }
 
     #[test]

@@ -59,10 +59,17 @@ pub const DEFAULT_PATH: &str = "/dev/gdrpeer";
 /// The memory is device memory shared with the GPU and other mappings, so it
 /// is accessed through raw pointers ([`Mapping::as_ptr`]) or the volatile
 /// copies [`Mapping::read`] and [`Mapping::write`], never as a Rust slice.
+///
+/// The kernel leaves a mapping out of a forked child (uapi.rst): in a child, a `Mapping`
+/// inherited from its parent names no memory, so its drop and [`Mapping::unmap`] unmap
+/// nothing there (the range may hold the child's own memory by then), and it must not be
+/// accessed.
 #[derive(Debug)]
 pub struct Mapping {
     ptr: *mut u8,
     len: usize,
+    /// The process whose mapping it is.
+    owner: rustix::process::Pid,
 }
 
 impl Mapping {
@@ -86,6 +93,7 @@ impl Mapping {
         Ok(Mapping {
             ptr: ptr.cast(),
             len,
+            owner: rustix::process::getpid(),
         })
     }
 
@@ -100,10 +108,27 @@ impl Mapping {
     ///
     /// # Safety
     ///
-    /// `ptr` and `len` must be what one `into_raw` returned, and nothing else may unmap or
-    /// take back that mapping.
+    /// `ptr` and `len` must be what one `into_raw` returned, in this process, and nothing
+    /// else may unmap or take back that mapping.
     pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
-        Mapping { ptr, len }
+        Mapping {
+            ptr,
+            len,
+            owner: rustix::process::getpid(),
+        }
+    }
+
+    /// Unmaps the mapping now, with munmap(2)'s error if it fails (a drop ignores it). In a
+    /// forked child, where the mapping is not, it unmaps nothing.
+    pub fn unmap(self) -> Result<(), Error> {
+        let m = ManuallyDrop::new(self);
+        if rustix::process::getpid() != m.owner {
+            return Ok(());
+        }
+        // SAFETY: the mapping is this process's (Device::map, or from_raw's contract), and
+        // unmapped only here: `m` is never dropped.
+        unsafe { rustix::mm::munmap(m.ptr.cast(), m.len) }
+            .map_err(|errno| Error::ioctl(Op::Munmap, errno))
     }
 
     /// The first byte of the mapping.
@@ -148,7 +173,11 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping is ours (Device::map) and unmapped only here.
+        if rustix::process::getpid() != self.owner {
+            // A forked child's copy: the mapping is the parent's alone.
+            return;
+        }
+        // SAFETY: the mapping is this process's (Device::map) and unmapped only here.
         let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
     }
 }
@@ -203,6 +232,8 @@ pub enum Op {
     GdrdrvGetVersion,
     /// mmap(2) of a gdrdrv handle (offset `handle << 12`).
     GdrdrvMmap,
+    /// munmap(2) of a mapping ([`Mapping::unmap`]).
+    Munmap,
 }
 
 /// The ioctl's name without `GDRPEER_IOCTL_` (gdrdrv's with `GDRDRV_IOC_`).
@@ -229,6 +260,7 @@ impl fmt::Display for Op {
             Op::GdrdrvReqMappingType => "GDRDRV_IOC_REQ_MAPPING_TYPE",
             Op::GdrdrvGetVersion => "GDRDRV_IOC_GET_VERSION",
             Op::GdrdrvMmap => "mmap of /dev/gdrdrv",
+            Op::Munmap => "munmap",
         })
     }
 }

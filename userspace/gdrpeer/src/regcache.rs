@@ -478,7 +478,9 @@ mod tests {
             c.get(0x10_0000 + 10, K64),
             Err(Error::OutOfRange { .. })
         ));
-        assert!(matches!(c.get(0x10_0000, 0), Err(Error::OutOfRange { .. })));
+        let empty = c.get(0x10_0000, 0).unwrap_err();
+        assert!(matches!(empty, Error::OutOfRange { .. }));
+        assert!(empty.to_string().contains("empty range"), "{empty}");
         assert_eq!(pinner.calls.get(), 0);
         c.get(0x10_0000, K64).unwrap();
         assert!(c.get(0x10_0000 + 1, K64).is_err(), "hit path checks too");

@@ -568,13 +568,15 @@ fn gdrpeer(ctx: &Context) -> Finding {
             params_from = "debugfs";
         }
     }
-    // The ABI, from the module itself.
-    let abi = if sys.is_live() {
-        gdrpeer::Device::open(gdrpeer::DEFAULT_PATH)
-            .ok()
-            .map(|d| d.version())
+    // The ABI, from the module itself; why not, when the device would not open (an
+    // incompatible ABI is this check's failure; a permission is the device node's check).
+    let (abi, unopened) = if sys.is_live() {
+        match gdrpeer::Device::open(gdrpeer::DEFAULT_PATH) {
+            Ok(d) => (Some(d.version()), None),
+            Err(e) => (None, Some(e)),
+        }
     } else {
-        None
+        (None, None)
     };
     let mut s = String::from("gdrpeer is loaded");
     s += &match &version {
@@ -583,6 +585,9 @@ fn gdrpeer(ctx: &Context) -> Finding {
     };
     if let Some(v) = &abi {
         s += &format!(", module ABI {}", v.abi_string());
+    }
+    if let Some(e) = &unopened {
+        s += &format!(", ABI not read ({e})");
     }
     if !taint.is_empty() {
         s += &format!(", taint {taint}");
@@ -599,7 +604,9 @@ fn gdrpeer(ctx: &Context) -> Finding {
                 .join(" ")
         )
     };
-    let mut f = Finding::new(c, Status::Ok, s).fact("loaded", true).fact(
+    let mismatch = matches!(unopened, Some(gdrpeer::Error::AbiMismatch { .. }));
+    let status = if mismatch { Status::Fail } else { Status::Ok };
+    let mut f = Finding::new(c, status, s).fact("loaded", true).fact(
         "parameters",
         params
             .iter()
@@ -620,6 +627,9 @@ fn gdrpeer(ctx: &Context) -> Finding {
     }
     if let Some(file) = &ctx.module_file {
         f = f.fact("installed", file.clone());
+    }
+    if mismatch {
+        f = f.fix("this tool and the loaded module speak different ABIs: install the gdrpeer-tools of the module's version (or the module of the tools')");
     }
     f
 }

@@ -6,9 +6,15 @@
 use std::{
     collections::VecDeque,
     fs,
+    io::Read,
     path::{Path, PathBuf},
-    process::Command,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
 };
+
+/// How long a command may run before `doctor` gives up on it and kills it: `nvidia-smi`
+/// can hang on a wedged GPU, which is when `doctor` is run.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where `doctor` looks.
 pub struct Sys {
@@ -127,10 +133,7 @@ impl Sys {
         if !self.live {
             return None;
         }
-        let out = Command::new(prog).args(args).output().ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim_end().to_string())
+        output_within(Command::new(prog).args(args), COMMAND_TIMEOUT)
     }
 
     /// The running kernel's release (`uname -r`).
@@ -141,4 +144,69 @@ impl Sys {
 
 fn parts(path: &str) -> impl Iterator<Item = String> + '_ {
     path.split('/').filter(|p| !p.is_empty()).map(String::from)
+}
+
+/// `cmd`'s standard output, when it ran, succeeded and ended within `timeout`; a command
+/// still running then is killed. Its output is read as it comes, so a long one cannot fill
+/// the pipe and stall.
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> Option<String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).map(|_| out)
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    // A killed command's reader is left behind, not joined: a process the command started
+    // may still hold the pipe.
+    if !status?.success() {
+        return None;
+    }
+    let out = reader.join().ok()?.ok()?;
+    Some(String::from_utf8_lossy(&out).trim_end().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_past_its_time_is_killed() {
+        let start = Instant::now();
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo early; exec sleep 30"]),
+            Duration::from_millis(300),
+        );
+        assert_eq!(out, None);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "waited {:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_long_output_is_read_whole() {
+        let out = output_within(
+            Command::new("sh").args(["-c", "head -c 1000000 /dev/zero | tr '\\0' x"]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.map(|o| o.len()), Some(1_000_000));
+    }
 }
