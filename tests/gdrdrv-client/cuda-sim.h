@@ -11,6 +11,7 @@
 
 #define CUDA_SUCCESS 0
 #define CU_POINTER_ATTRIBUTE_P2P_TOKENS 5
+#define CU_POINTER_ATTRIBUTE_SYNC_MEMOPS 6
 
 /* CUDA_POINTER_ATTRIBUTE_P2P_TOKENS. */
 struct cuda_p2p_tokens {
@@ -28,6 +29,8 @@ int cuMemGetAddressRange_v2(unsigned long long *base, size_t *size,
 int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n);
 int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n);
 int cuPointerGetAttribute(void *data, unsigned int attr,
+			  unsigned long long dptr);
+int cuPointerSetAttribute(const void *value, unsigned int attr,
 			  unsigned long long dptr);
 
 #endif /* _GDRDRV_CLIENT_CUDA_SIM_H_ */

@@ -344,10 +344,21 @@ struct dmem {
 	unsigned long long p;		/* the first 64 KiB-aligned address in it */
 };
 
+/*
+ * With SYNC_MEMOPS set, as gdrcopy's tests allocate: a cuMemcpyHtoD is in the
+ * memory when it returns, where the mapping reads it next.
+ */
 static int dmem_alloc(struct dmem *m, size_t size)
 {
+	unsigned int one = 1;
+
 	if (cu(cuMemAlloc_v2(&m->alloc, gpu_round_up(size) + GPU_PAGE), "cuMemAlloc_v2"))
 		return -1;
+	if (cu(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, m->alloc),
+	       "cuPointerSetAttribute(SYNC_MEMOPS)")) {
+		cuMemFree_v2(m->alloc);
+		return -1;
+	}
 	m->p = gpu_round_up(m->alloc);
 	return 0;
 }

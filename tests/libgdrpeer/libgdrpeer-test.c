@@ -110,6 +110,13 @@ static int check_pin_map_copy(gdrpeer_t *g)
 	if (cuMemAlloc_v2(&alloc, len + GPU_PAGE) != CUDA_SUCCESS)
 		return failf("cuMemAlloc failed");
 	uint64_t va = alloc + 1000;
+	unsigned int one = 1;
+
+	/* A cuMemcpyHtoD is in the memory when it returns, where the mapping reads. */
+	if (cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, alloc) != CUDA_SUCCESS) {
+		failf("cuPointerSetAttribute(SYNC_MEMOPS) failed");
+		goto free;
+	}
 
 	if (gdrpeer_pin(g, va, len, 0, &pin)) {
 		failf("gdrpeer_pin: %s", gdrpeer_last_error());

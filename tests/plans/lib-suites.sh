@@ -189,7 +189,8 @@ cuda_suite() {
 	if [ -z "$TEST_FILTER" ] || echo libcuda-sim-answers-as-recorded-cuda | grep -qE "$TEST_FILTER"; then
 		results libcuda-sim "$CUDA_SUFFIX" gdrpeer-test --cuda-probe \
 			--against $GDRPEER/share/cuda-trace/h100-580.159.04.txt \
-			--differences $GDRPEER/share/cuda-trace/sim-differences.txt
+			--differences $GDRPEER/share/cuda-trace/sim-differences.txt \
+			--not-recorded $GDRPEER/share/cuda-trace/not-recorded.txt
 	fi
 	load $M/gdrpeer.ko ||
 		{ echo "@@ RESULT FAIL cuda-suite$CUDA_SUFFIX gdrpeer-load"; unload nvsim; return; }

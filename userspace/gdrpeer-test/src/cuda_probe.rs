@@ -602,6 +602,19 @@ fn pointer(p: &Probe) {
     p.either("sync-memops-after-set", p.attr_u32(6, at), |v| {
         v.to_string()
     });
+    // "Querying [P2P_TOKENS] has a side effect of setting the attribute
+    // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS" (cuPointerGetAttribute's documentation).
+    let b = p.must_alloc(K64);
+    let mut tokens = [0u64; 2];
+    p.res(
+        "p2p-tokens-then-sync-memops",
+        call!(p, "cuPointerGetAttribute": fn(*mut c_void, c_uint, u64)
+            (tokens.as_mut_ptr().cast(), 5, b)),
+    );
+    p.either("sync-memops-after-p2p-tokens", p.attr_u32(6, b), |v| {
+        v.to_string()
+    });
+    p.free(b);
     p.res(
         "set-buffer-id",
         call!(p, "cuPointerSetAttribute": fn(*const c_void, c_uint, u64)
@@ -935,6 +948,34 @@ fn vmm(p: &Probe) {
     });
     p.either("memory-type-of-mapped", p.attr_u32(2, m), |v| v.to_string());
     p.all_attributes("mapped", m + 100, m);
+    // SYNC_MEMOPS of VMM memory (UCX's issue 9895: NOT_SUPPORTED on driver 535), and the
+    // context's flag a registration cache sets instead (cuCtxSetFlags, CUDA 12.1).
+    let one: c_uint = 1;
+    p.res(
+        "set-sync-memops-of-mapped",
+        call!(p, "cuPointerSetAttribute": fn(*const c_void, c_uint, u64)
+            ((&one as *const c_uint).cast(), 6, m)),
+    );
+    let mut flags: c_uint = 0;
+    if p.res(
+        "ctx-get-flags",
+        call!(p, "cuCtxGetFlags": fn(*mut c_uint) (&mut flags)),
+    ) {
+        p.res(
+            "ctx-set-flags-sync-memops",
+            call!(p, "cuCtxSetFlags": fn(c_uint) (flags | 0x80)),
+        );
+        let mut after: c_uint = 0;
+        p.res(
+            "ctx-get-flags-after-set",
+            call!(p, "cuCtxGetFlags": fn(*mut c_uint) (&mut after)),
+        );
+        p.say(
+            "ctx-sync-memops-after-set",
+            if after & 0x80 != 0 { "set" } else { "clear" },
+        );
+        call!(p, "cuCtxSetFlags": fn(c_uint) (flags));
+    }
     let mut tokens = [0u64; 2];
     if p.res(
         "p2p-tokens-of-mapped",
@@ -1103,11 +1144,13 @@ fn probe_all() -> Result<Vec<(String, String)>, String> {
 
 /// Compares the simulation's answers with the recorded ones: the number of equal answers,
 /// and a line for each unlisted difference and each listed key whose answers agree. Listed
-/// differences that hold are told to `note`.
+/// differences that hold are told to `note`, and so are the answers of keys the record
+/// predates (`unrecorded`), which are not compared; such a key the record answers fails.
 fn compare(
     recorded: &BTreeMap<String, String>,
     ours: &BTreeMap<String, String>,
     listed: &BTreeMap<String, String>,
+    unrecorded: &BTreeMap<String, String>,
     mut note: impl FnMut(String),
 ) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
@@ -1115,6 +1158,17 @@ fn compare(
     let keys: std::collections::BTreeSet<_> = recorded.keys().chain(ours.keys()).collect();
     for key in keys {
         let (real, sim) = (recorded.get(key), ours.get(key));
+        if let Some(why) = unrecorded.get(key) {
+            match real {
+                None => note(format!(
+                    "{key}: not recorded yet ({why}): simulation {sim:?}"
+                )),
+                Some(_) => failures.push(format!(
+                    "{key}: listed as not recorded, but the record answers it"
+                )),
+            }
+            continue;
+        }
         match (real != sim, listed.get(key)) {
             (false, None) => same += 1,
             (false, Some(_)) => failures.push(format!(
@@ -1145,7 +1199,7 @@ fn parse(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `--cuda-probe [--against RECORDED [--differences LIST]]`.
+/// `--cuda-probe [--against RECORDED [--differences LIST] [--not-recorded LIST]]`.
 pub fn run(args: &[String]) -> Result<(), String> {
     // SAFETY: as in `section`; only to find out whether there is a library at all.
     if let Err(e) = unsafe { libloading::Library::new("libcuda.so.1") } {
@@ -1161,16 +1215,19 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let read = |i: usize| -> Result<String, String> {
         let path = args
             .get(i)
-            .ok_or("--against and --differences take a file")?;
+            .ok_or("--against, --differences and --not-recorded take a file")?;
         std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
     };
     let recorded = parse(&read(at + 1)?);
-    let listed = match args.iter().position(|a| a == "--differences") {
-        Some(i) => parse(&read(i + 1)?),
-        None => BTreeMap::new(),
+    let list = |flag: &str| match args.iter().position(|a| a == flag) {
+        Some(i) => read(i + 1).map(|t| parse(&t)),
+        None => Ok(BTreeMap::new()),
     };
+    let (listed, unrecorded) = (list("--differences")?, list("--not-recorded")?);
     let ours: BTreeMap<_, _> = answers.into_iter().collect();
-    let (same, failures) = compare(&recorded, &ours, &listed, |line| println!("{line}"));
+    let (same, failures) = compare(&recorded, &ours, &listed, &unrecorded, |line| {
+        println!("{line}")
+    });
     println!(
         "{same} answers the same as CUDA's, {} listed differences",
         listed.len()
@@ -1198,14 +1255,15 @@ mod tests {
     fn compare_fails_unlisted_and_stale_differences() {
         let real = parse("# a comment\na.x: 1\na.y: 2\na.z: 3\n");
         let sim = parse("a.x: 1\na.y: 5\na.z: 3\na.w: 4\n");
-        let (same, failures) = compare(&real, &sim, &BTreeMap::new(), |_| {});
+        let none = BTreeMap::new();
+        let (same, failures) = compare(&real, &sim, &none, &none, |_| {});
         assert_eq!(same, 2);
         assert_eq!(failures.len(), 2, "{failures:?}");
         assert!(failures[0].starts_with("a.w: CUDA answers None"));
         assert!(failures[1].starts_with("a.y: CUDA answers Some(\"2\")"));
         let listed = parse("a.y: why\na.w: why\na.x: stale\na.v: gone\n");
         let mut notes = Vec::new();
-        let (same, failures) = compare(&real, &sim, &listed, |n| notes.push(n));
+        let (same, failures) = compare(&real, &sim, &listed, &none, |n| notes.push(n));
         assert_eq!((same, notes.len()), (1, 2));
         assert_eq!(
             failures,
@@ -1213,6 +1271,29 @@ mod tests {
                 "a.x: listed as a difference, but both answer Some(\"1\")",
                 "a.v: listed, but neither side answers it"
             ]
+        );
+    }
+
+    #[test]
+    fn unrecorded_keys_are_shown_until_the_record_has_them() {
+        let real = parse("a.x: 1\n");
+        let sim = parse("a.x: 1\na.new: 7\n");
+        let none = BTreeMap::new();
+        let unrecorded = parse("a.new: probed since\n");
+        let mut notes = Vec::new();
+        let (same, failures) = compare(&real, &sim, &none, &unrecorded, |n| notes.push(n));
+        assert_eq!(
+            (same, failures.len(), notes.len()),
+            (1, 0, 1),
+            "{failures:?}"
+        );
+        let (_, failures) = compare(&real, &sim, &none, &none, |_| {});
+        assert_eq!(failures.len(), 1, "unlisted new key: {failures:?}");
+        let recorded_now = parse("a.x: 1\na.new: 7\n");
+        let (_, failures) = compare(&recorded_now, &sim, &none, &unrecorded, |_| {});
+        assert_eq!(
+            failures,
+            ["a.new: listed as not recorded, but the record answers it"]
         );
     }
 
@@ -1245,6 +1326,12 @@ mod tests {
             assert!(
                 record.contains_key(key),
                 "listed key {key} is not in the record"
+            );
+        }
+        for key in read("not-recorded.txt").keys() {
+            assert!(
+                !record.contains_key(key),
+                "key {key}, listed as not recorded, is in the record"
             );
         }
     }

@@ -9,6 +9,7 @@
 use crate::helpers::{dev, edu, ok, K64};
 use crate::nic::Nic;
 use crate::sanity::c;
+use gdrpeer::regcache::PointerInfo;
 use gdrpeer::{PinFlags, Stats};
 use nvsim::testing::{debugfs, errno, stat, TestResult};
 use nvsim::Gpu;
@@ -253,8 +254,12 @@ fn show_dmabuf_counters() -> TestResult {
 fn alloc_with_message(msg: &[u8], at: u64) -> Result<(&'static gdrpeer::cuda::Cuda, u64), String> {
     crate::sanity::load()?;
     let cu = crate::sanity::cu();
-    println!("# a program allocates 2 MiB with cuMemAlloc and writes a message with cuMemcpyHtoD");
+    println!("# a program allocates 2 MiB with cuMemAlloc, sets SYNC_MEMOPS on it (so that a copy");
+    println!("#   is in the memory when it returns, where a peer reads it) and writes a message");
+    println!("#   with cuMemcpyHtoD");
     let p = cu.mem_alloc(nvsim::POOL_BLOCK as usize).map_err(c)?;
+    cu.set_sync_memops(p)
+        .map_err(|e| format!("SYNC_MEMOPS: {e:?}"))?;
     cu.copy_to_device(p + at, msg).map_err(c)?;
     Ok((cu, p))
 }

@@ -52,11 +52,16 @@ pub struct DevMem {
 }
 
 impl DevMem {
+    /// With SYNC_MEMOPS set, as gdrcopy's tests allocate: a cuMemcpyHtoD is in the memory
+    /// when it returns, where a peer (a mapping, the NIC) reads it next.
     pub fn new(size: usize) -> Result<Self, String> {
-        Ok(DevMem {
+        let m = DevMem {
             p: cu().mem_alloc(size).map_err(c)?,
             freed: false,
-        })
+        };
+        cu().set_sync_memops(m.p)
+            .map_err(|e| format!("SYNC_MEMOPS: {e:?}"))?;
+        Ok(m)
     }
 
     pub fn free(&mut self) -> TestResult {
@@ -470,6 +475,10 @@ pub const TESTS: &[harness::Test] = &[
     (
         "cuda-address-range-and-sync-memops",
         address_range_and_sync_memops,
+    ),
+    (
+        "cuda-regcache-over-vmm-memory",
+        crate::vmm::regcache_over_vmm_memory,
     ),
 ];
 

@@ -155,6 +155,36 @@ pub fn gdrdrv_touch_after_unmap() -> TestResult {
     Err("wrote through the mapping after cuMemUnmap".into())
 }
 
+/// The registration cache over VMM memory, which refuses SYNC_MEMOPS on the allocation
+/// (`CUDA_ERROR_NOT_SUPPORTED`, as CUDA does): it registers all the same, with the
+/// context's `CU_CTX_SYNC_MEMOPS` instead (`cuCtxSetFlags`), so that bytes cuMemcpyHtoD
+/// wrote are in the memory a peer reads when the copy returns: read here through a mapping
+/// of the registration's handle.
+pub fn regcache_over_vmm_memory() -> TestResult {
+    load()?;
+    let m = VmmMem::new()?;
+    let d = crate::helpers::dev()?;
+    let mut cache = gdrpeer::regcache::RegCache::new(&d, cu(), 4);
+    let r = cache
+        .get(m.p + 100, 1000)
+        .map_err(|e| format!("registration of VMM memory: {e}"))?;
+    check_eq!(
+        (r.aligned_va, r.offset),
+        (m.p, 100),
+        "the registration's window"
+    );
+    let data = pattern(52, 1000);
+    cu().copy_to_device(m.p + 100, &data).map_err(c)?;
+    let map = ok(d.map(r.handle, 0, K64 as usize), "map")?;
+    let mut back = vec![0; data.len()];
+    map.read(100, &mut back);
+    check!(
+        back == data,
+        "the mapping differs from what cuMemcpyHtoD wrote (the copy had not completed)"
+    );
+    Ok(())
+}
+
 /// VMM memory through `/dev/gdrpeer`: written through the mapping, read with cuMemcpyDtoH;
 /// after cuMemUnmap a touch is SIGBUS and nothing reaches the freed pages.
 pub fn gdrpeer_mmap_then_unmap_is_sigbus() -> TestResult {

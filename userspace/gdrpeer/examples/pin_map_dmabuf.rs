@@ -8,7 +8,7 @@
 //!
 //! Needs `/dev/gdrpeer` and `libcuda.so.1`: `cargo run --example pin_map_dmabuf`.
 
-use gdrpeer::{cuda::Cuda, Device, PinFlags, PinState};
+use gdrpeer::{cuda::Cuda, regcache::PointerInfo, Device, PinFlags, PinState};
 use std::os::fd::AsRawFd;
 
 mod common;
@@ -26,6 +26,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     // the pin to whole 64 KiB GPU pages and says where the address lies in the window.
     let len: usize = 256 << 10;
     let alloc = cuda.mem_alloc(len + 65536)?;
+    // SYNC_MEMOPS: a cuMemcpy to this memory is in it when the call returns, where the CPU
+    // mapping (or a NIC) reads it next; without it the copy may still be in flight.
+    cuda.set_sync_memops(alloc)
+        .map_err(|e| format!("SYNC_MEMOPS: {e:?}"))?;
     let va = alloc + 1000;
     let pin = dev.pin_guard(va, len as u64, PinFlags::empty())?;
     println!(

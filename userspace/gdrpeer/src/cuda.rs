@@ -15,6 +15,8 @@ type CuResult = c_uint;
 const SUCCESS: CuResult = 0;
 const ERROR_INVALID_VALUE: CuResult = 1;
 const ERROR_NOT_FOUND: CuResult = 500;
+const ERROR_NOT_SUPPORTED: CuResult = 801;
+const CTX_SYNC_MEMOPS: c_uint = 0x80;
 const ATTR_P2P_TOKENS: c_uint = 5;
 const ATTR_SYNC_MEMOPS: c_uint = 6;
 const ATTR_BUFFER_ID: c_uint = 7;
@@ -33,6 +35,11 @@ pub struct Cuda {
     dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> CuResult,
     error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
     error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// `cuCtxGetFlags` and `cuCtxSetFlags` (CUDA 12.1 on; `None` before).
+    ctx_flags: Option<(
+        unsafe extern "C" fn(*mut c_uint) -> CuResult,
+        unsafe extern "C" fn(c_uint) -> CuResult,
+    )>,
     // Last: the entry points above point into it.
     _lib: libloading::Library,
 }
@@ -65,6 +72,11 @@ impl Cuda {
             dtoh: sym!(lib, "cuMemcpyDtoH_v2"),
             error_name: sym!(lib, "cuGetErrorName"),
             error_string: sym!(lib, "cuGetErrorString"),
+            // Absent before CUDA 12.1.
+            ctx_flags: (|| {
+                Ok::<_, Error>((sym!(lib, "cuCtxGetFlags"), sym!(lib, "cuCtxSetFlags")))
+            })()
+            .ok(),
             _lib: lib,
         };
         let mut ctx = std::ptr::null_mut();
@@ -176,12 +188,25 @@ impl PointerInfo for Cuda {
         Ok((base, size as u64))
     }
 
+    /// SYNC_MEMOPS on the allocation; VMM memory (`cuMemCreate`) refuses it
+    /// (`CUDA_ERROR_NOT_SUPPORTED`), and then the current context gets `CU_CTX_SYNC_MEMOPS`
+    /// (`cuCtxSetFlags`, CUDA 12.1 on), which makes every synchronous copy and memset of
+    /// the context synchronize, as UCX does for such memory. Without `cuCtxSetFlags` the
+    /// refusal stands.
     fn set_sync_memops(&self, ptr: u64) -> Result<(), CudaError> {
         let one: c_uint = 1;
         // SAFETY: see `Cuda::load`; SYNC_MEMOPS takes an unsigned int.
-        cuda_error(unsafe {
-            (self.set_attr)((&one as *const c_uint).cast(), ATTR_SYNC_MEMOPS, ptr)
-        })
+        let r = unsafe { (self.set_attr)((&one as *const c_uint).cast(), ATTR_SYNC_MEMOPS, ptr) };
+        match (r, self.ctx_flags) {
+            (ERROR_NOT_SUPPORTED, Some((get, set))) => {
+                let mut flags: c_uint = 0;
+                // SAFETY: see `Cuda::load`; cuCtxGetFlags writes one unsigned int.
+                cuda_error(unsafe { get(&mut flags) })?;
+                // SAFETY: see `Cuda::load`.
+                cuda_error(unsafe { set(flags | CTX_SYNC_MEMOPS) })
+            }
+            (r, _) => cuda_error(r),
+        }
     }
 
     fn buffer_id(&self, ptr: u64) -> Result<u64, CudaError> {

@@ -58,6 +58,9 @@ struct Contexts {
     primary_refs: u32,
     /// Which slots hold a context that has not ended.
     live: [bool; SLOTS],
+    /// Each context's flags (`cuCtxCreate`, `cuCtxSetFlags`): `CU_CTX_SYNC_MEMOPS` is the
+    /// one this library acts on ([`crate::memory`]).
+    flags: [c_uint; SLOTS],
     /// The owner (slot) of each device and host allocation, by base address.
     owners: std::collections::BTreeMap<u64, usize>,
 }
@@ -65,6 +68,7 @@ struct Contexts {
 static CONTEXTS: Mutex<Contexts> = Mutex::new(Contexts {
     primary_refs: 0,
     live: [false; SLOTS],
+    flags: [0; SLOTS],
     owners: std::collections::BTreeMap::new(),
 });
 
@@ -91,12 +95,29 @@ pub(crate) fn disown(base: u64) {
     }
 }
 
-/// Ends the context in `slot`: frees its device memory through nvsim (calling back the pins
-/// on it) and its host memory.
+/// `CU_CTX_SYNC_MEMOPS`: synchronous copies and memsets of the context synchronize.
+pub const CU_CTX_SYNC_MEMOPS: c_uint = 0x80;
+/// Every flag of `CUctx_flags` up to `CU_CTX_SYNC_MEMOPS` (scheduling, MAP_HOST,
+/// LMEM_RESIZE_TO_MAX, the coredump flags, SYNC_MEMOPS); others are refused.
+const CTX_FLAGS: c_uint = 0xff;
+
+/// Whether this thread's current context has `CU_CTX_SYNC_MEMOPS`.
+pub(crate) fn sync_memops() -> bool {
+    CURRENT.get().is_some_and(|slot| {
+        CONTEXTS
+            .lock()
+            .is_ok_and(|c| c.flags[slot] & CU_CTX_SYNC_MEMOPS != 0)
+    })
+}
+
+/// Ends the context in `slot`: completes the copies and memsets in flight, then frees its
+/// device memory through nvsim (calling back the pins on it) and its host memory.
 fn end(gpu: &nvsim::Gpu, slot: usize) {
+    crate::memory::complete(gpu);
     let bases: Vec<u64> = match CONTEXTS.lock() {
         Ok(mut c) => {
             c.live[slot] = false;
+            c.flags[slot] = 0;
             let mine: Vec<u64> = c
                 .owners
                 .iter()
@@ -219,15 +240,19 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
     CUDA_SUCCESS
 }
 
-/// `cuCtxCreate_v2`: a new context of device `dev`, current in this thread. The flags are
-/// ignored.
+/// `cuCtxCreate_v2`: a new context of device `dev`, current in this thread, with `flags`
+/// (of which `CU_CTX_SYNC_MEMOPS` has an effect here; unknown bits are
+/// `CUDA_ERROR_INVALID_VALUE`).
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(
     ctx: *mut CUcontext,
-    _flags: c_uint,
+    flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
     let create = |_: &nvsim::Gpu| {
+        if flags & !CTX_FLAGS != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         if dev != 0 {
             return Err(CUDA_ERROR_INVALID_DEVICE);
         }
@@ -236,6 +261,7 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
             .find(|&s| !c.live[s])
             .ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         c.live[slot] = true;
+        c.flags[slot] = flags;
         CURRENT.set(Some(slot));
         Ok(handle(slot))
     };
@@ -344,11 +370,46 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
     unsafe { answer(device, true, |_| Ok(0)) }
 }
 
-/// `cuCtxSynchronize`: returns at once: every copy and memset of this library has completed
-/// when its call returns, and there are no kernels or streams.
+/// `cuCtxSynchronize`: completes the copies and memsets still in flight
+/// ([`crate::memory`]); there are no kernels or streams.
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
-    with_context(|_| CUDA_SUCCESS)
+    with_context(|gpu| {
+        crate::memory::complete(gpu);
+        CUDA_SUCCESS
+    })
+}
+
+/// `cuCtxGetFlags`: the current context's flags.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> CUresult {
+    let get = |_: &nvsim::Gpu| {
+        let slot = CURRENT.get().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let c = CONTEXTS.lock().map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        Ok(c.flags[slot])
+    };
+    // SAFETY: the caller passes a valid pointer or null.
+    unsafe { answer(flags, true, get) }
+}
+
+/// `cuCtxSetFlags` (CUDA 12.1): sets the current context's flags; unknown bits are
+/// `CUDA_ERROR_INVALID_VALUE`. With `CU_CTX_SYNC_MEMOPS` its copies and memsets to device
+/// memory complete before they return, as SYNC_MEMOPS on an allocation makes them, which
+/// VMM memory refuses ([`crate::pointer`]).
+#[no_mangle]
+pub extern "C" fn cuCtxSetFlags(flags: c_uint) -> CUresult {
+    with_context(|_| {
+        if flags & !CTX_FLAGS != 0 {
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        match (CURRENT.get(), CONTEXTS.lock()) {
+            (Some(slot), Ok(mut c)) => {
+                c.flags[slot] = flags;
+                CUDA_SUCCESS
+            }
+            _ => CUDA_ERROR_UNKNOWN,
+        }
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,17 @@
 //! in a live nvsim allocation of this process, and host memory otherwise. Unlike CUDA, the
 //! two ranges are not kept apart: nvsim hands out GPU addresses from 8 GiB up, where a host
 //! mapping would be taken for device memory.
-
+//!
+//! Copies and memsets to device memory may return before they complete, as CUDA's
+//! "synchronous" ones may ("API synchronization behavior": a copy from pageable host memory
+//! returns once the source is staged, device to device and memsets are asynchronous to the
+//! host; a copy from page-locked host memory, `cuMemAllocHost`'s, is synchronous): unless the destination has SYNC_MEMOPS (its attribute, or its context's
+//! `CU_CTX_SYNC_MEMOPS`), such a write is held ([`LATE`]) and reaches nvsim's memory, the
+//! memory a peer reads through a pin, only at the next synchronization: `cuCtxSynchronize`,
+//! any later copy or memset (they are ordered after it, and a copy to the host returns
+//! complete), `cuMemFree`, `cuMemUnmap`, `cuMemRelease` or the context's end. A program that
+//! hands memory to a peer after a copy without either, a race on a GPU, reads the old bytes
+//! here every time.
 use crate::context::{answer, disown, own, with_context, with_gpu};
 use crate::device::nvsim_pci_address;
 use crate::errors::*;
@@ -112,6 +122,55 @@ fn locate(gpu: &nvsim::Gpu, ptr: u64, n: usize, write: bool) -> Result<Span, CUr
     }
 }
 
+/// A write to device memory that returned before it completed.
+enum Late {
+    Bytes(u64, Vec<u8>),
+    Fill(u64, u8, usize),
+}
+
+/// The writes in flight, oldest first.
+static LATE: Mutex<Vec<Late>> = Mutex::new(Vec::new());
+
+/// Completes the writes in flight, in the order they were issued. One whose memory is gone
+/// (freed behind this library's back: a process's memory freed through nvsim's debugfs) is
+/// dropped, as a GPU's write to memory no longer mapped faults the context.
+pub(crate) fn complete(gpu: &nvsim::Gpu) {
+    let late = match LATE.lock() {
+        Ok(mut l) => std::mem::take(&mut *l),
+        Err(_) => return,
+    };
+    for w in late {
+        let _ = match w {
+            Late::Bytes(dst, bytes) => gpu.write(dst, &bytes),
+            Late::Fill(dst, byte, n) => gpu.fill(dst, byte, n),
+        };
+    }
+}
+
+/// Whether a copy or memset to device memory at `dst` completes before it returns: the
+/// allocation has SYNC_MEMOPS, or the current context `CU_CTX_SYNC_MEMOPS`.
+fn synchronous(gpu: &nvsim::Gpu, dst: u64) -> bool {
+    crate::context::sync_memops() || gpu.query(dst).is_ok_and(|q| q.sync_memops != 0)
+}
+
+/// Writes `w` to device memory now if its destination is [`synchronous`], else leaves it in
+/// flight ([`LATE`]).
+fn write_device(gpu: &nvsim::Gpu, w: Late) -> Result<(), rustix::io::Errno> {
+    let dst = match &w {
+        Late::Bytes(dst, _) | Late::Fill(dst, _, _) => *dst,
+    };
+    if !synchronous(gpu, dst) {
+        if let Ok(mut l) = LATE.lock() {
+            l.push(w);
+            return Ok(());
+        }
+    }
+    match w {
+        Late::Bytes(dst, bytes) => gpu.write(dst, &bytes),
+        Late::Fill(dst, byte, n) => gpu.fill(dst, byte, n),
+    }
+}
+
 /// Copies `n` bytes between located spans: device memory through nvsim's mapping.
 ///
 /// # Safety
@@ -119,10 +178,18 @@ fn locate(gpu: &nvsim::Gpu, ptr: u64, n: usize, write: bool) -> Result<Span, CUr
 /// A host span is valid for `n` bytes (readable as a source, writable as a destination).
 unsafe fn copy(gpu: &nvsim::Gpu, dst: Span, src: Span, n: usize) -> CUresult {
     let done = match (dst, src) {
-        (Span::Device(d), Span::Device(s)) => gpu.read(s, n).and_then(|b| gpu.write(d, &b)),
+        (Span::Device(d), Span::Device(s)) => gpu
+            .read(s, n)
+            .and_then(|b| write_device(gpu, Late::Bytes(d, b))),
         (Span::Device(d), Span::Host(s)) => {
             // SAFETY: the caller's contract: `n` readable bytes at `s`.
-            gpu.write(d, unsafe { std::slice::from_raw_parts(s, n) })
+            let bytes = unsafe { std::slice::from_raw_parts(s, n) };
+            if host_alloc(s as u64).is_some() {
+                // From page-locked host memory (cuMemAllocHost) a copy is synchronous.
+                gpu.write(d, bytes)
+            } else {
+                write_device(gpu, Late::Bytes(d, bytes.to_vec()))
+            }
         }
         (Span::Host(d), Span::Device(s)) => gpu.read(s, n).map(|b| {
             // SAFETY: the caller's contract: `n` writable bytes at `d`.
@@ -142,8 +209,10 @@ unsafe fn copy(gpu: &nvsim::Gpu, dst: Span, src: Span, n: usize) -> CUresult {
 
 /// Copies `n` bytes from `src` to `dst`, each located by unified addressing and required to
 /// be device memory where `device` says so. Zero bytes is a successful no-op, as in CUDA.
+/// The writes in flight complete first: the copy is ordered after them.
 unsafe fn copy_checked(dst: (u64, bool), src: (u64, bool), n: usize) -> CUresult {
     with_context(|gpu| {
+        complete(gpu);
         if n == 0 {
             return CUDA_SUCCESS;
         }
@@ -204,13 +273,17 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> C
 /// ([`crate::context`]).
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
-    with_gpu(|gpu| match gpu.free(dptr) {
-        _ if dptr == 0 => CUDA_SUCCESS,
-        Ok(()) => {
-            disown(dptr);
-            CUDA_SUCCESS
+    with_gpu(|gpu| {
+        // A free synchronizes: the writes in flight complete first.
+        complete(gpu);
+        match gpu.free(dptr) {
+            _ if dptr == 0 => CUDA_SUCCESS,
+            Ok(()) => {
+                disown(dptr);
+                CUDA_SUCCESS
+            }
+            Err(_) => CUDA_ERROR_INVALID_VALUE,
         }
-        Err(_) => CUDA_ERROR_INVALID_VALUE,
     })
 }
 
@@ -273,18 +346,22 @@ pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) 
 }
 
 /// `cuMemsetD8_v2`: sets `n` bytes of device memory to `uc`, writing through nvsim's
-/// mapping, the memory a peer reads. Unlike CUDA, host memory is refused
+/// mapping, the memory a peer reads (after the writes in flight, and maybe itself in flight:
+/// see the module's documentation). Unlike CUDA, host memory is refused
 /// (`CUDA_ERROR_INVALID_VALUE`).
 #[no_mangle]
 pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CUresult {
-    with_context(|gpu| match locate(gpu, dst, n, true) {
-        Ok(Span::Device(_)) if n == 0 => CUDA_SUCCESS,
-        Ok(Span::Device(d)) => match gpu.fill(d, uc, n) {
-            Ok(()) => CUDA_SUCCESS,
-            Err(_) => CUDA_ERROR_INVALID_VALUE,
-        },
-        Ok(Span::Host(_)) => CUDA_ERROR_INVALID_VALUE,
-        Err(e) => e,
+    with_context(|gpu| {
+        complete(gpu);
+        match locate(gpu, dst, n, true) {
+            Ok(Span::Device(_)) if n == 0 => CUDA_SUCCESS,
+            Ok(Span::Device(d)) => match write_device(gpu, Late::Fill(d, uc, n)) {
+                Ok(()) => CUDA_SUCCESS,
+                Err(_) => CUDA_ERROR_INVALID_VALUE,
+            },
+            Ok(Span::Host(_)) => CUDA_ERROR_INVALID_VALUE,
+            Err(e) => e,
+        }
     })
 }
 

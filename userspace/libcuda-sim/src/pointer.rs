@@ -229,7 +229,7 @@ unsafe fn host_attribute(data: *mut c_void, attr: c_uint, h: &HostAlloc) -> CUre
 }
 
 /// `cuPointerGetAttribute`: CONTEXT, MEMORY_TYPE, DEVICE_POINTER, HOST_POINTER, P2P_TOKENS
-/// (`CUDA_ERROR_NOT_SUPPORTED` for VMM memory), SYNC_MEMOPS, BUFFER_ID (host allocations count from 2^63, clear of nvsim's), IS_MANAGED
+/// (which sets SYNC_MEMOPS of the memory, as CUDA documents), SYNC_MEMOPS, BUFFER_ID (host allocations count from 2^63, clear of nvsim's), IS_MANAGED
 /// (always 0) and DEVICE_ORDINAL. A pointer into nothing this library allocated, or another
 /// attribute, is `CUDA_ERROR_INVALID_VALUE`.
 #[no_mangle]
@@ -243,8 +243,24 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
     }
     with_gpu(|gpu| match target(gpu, ptr) {
         Target::Nothing => CUDA_ERROR_INVALID_VALUE,
-        // SAFETY: forwarded caller contract for `data`.
-        t => unsafe { write_attribute(data, attr, ptr, &t) },
+        t => {
+            // SAFETY: forwarded caller contract for `data`.
+            let r = unsafe { write_attribute(data, attr, ptr, &t) };
+            match t {
+                // "Querying this attribute has a side effect of setting the attribute
+                // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS for the region of memory that ptr points
+                // to" (cuPointerGetAttribute's documentation); not for VMM memory, which
+                // refuses SYNC_MEMOPS.
+                Target::Device(q)
+                    if r == CUDA_SUCCESS
+                        && attr == CU_POINTER_ATTRIBUTE_P2P_TOKENS
+                        && q.flags & nvsim::QUERY_VMM == 0 =>
+                {
+                    set_sync_memops(gpu, ptr, true)
+                }
+                _ => r,
+            }
+        }
     })
 }
 
@@ -279,9 +295,12 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
     })
 }
 
-/// `cuPointerSetAttribute`: SYNC_MEMOPS of device memory, recorded by nvsim (it changes
-/// nothing there: every copy is synchronous). Other attributes: `CUDA_ERROR_INVALID_VALUE`,
-/// as CUDA answers for BUFFER_ID (`tests/cuda-trace`).
+/// `cuPointerSetAttribute`: SYNC_MEMOPS of device memory, recorded by nvsim: copies and
+/// memsets to it then complete before they return ([`crate::memory`]). VMM memory refuses
+/// it with `CUDA_ERROR_NOT_SUPPORTED`, as CUDA does (UCX's issue 9895 reports it on driver
+/// 535; UCX sets the context's `CU_CTX_SYNC_MEMOPS` instead, `cuCtxSetFlags`). Other
+/// attributes: `CUDA_ERROR_INVALID_VALUE`, as CUDA answers for BUFFER_ID
+/// (`tests/cuda-trace`).
 #[no_mangle]
 pub unsafe extern "C" fn cuPointerSetAttribute(
     value: *const c_void,
@@ -296,10 +315,18 @@ pub unsafe extern "C" fn cuPointerSetAttribute(
     }
     // SAFETY: SYNC_MEMOPS takes an unsigned int.
     let v = unsafe { *(value as *const c_uint) };
-    with_gpu(|gpu| match gpu.set_sync_memops(ptr, u32::from(v != 0)) {
+    with_gpu(|gpu| match gpu.query(ptr) {
+        Ok(q) if q.flags & nvsim::QUERY_VMM != 0 => CUDA_ERROR_NOT_SUPPORTED,
+        _ => set_sync_memops(gpu, ptr, v != 0),
+    })
+}
+
+/// Records SYNC_MEMOPS of the device memory at `ptr` in nvsim.
+fn set_sync_memops(gpu: &nvsim::Gpu, ptr: CUdeviceptr, on: bool) -> CUresult {
+    match gpu.set_sync_memops(ptr, u32::from(on)) {
         Ok(()) => CUDA_SUCCESS,
         Err(_) => CUDA_ERROR_INVALID_VALUE,
-    })
+    }
 }
 
 #[cfg(test)]

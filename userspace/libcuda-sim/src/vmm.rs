@@ -203,6 +203,7 @@ pub unsafe extern "C" fn cuMemCreate(
 #[no_mangle]
 pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     with_gpu(|gpu| {
+        crate::memory::complete(gpu);
         gpu.vmm_release(handle).map_or_else(invalid, |()| {
             if let Ok(mut hs) = HANDLES.lock() {
                 hs.remove(&handle);
@@ -285,16 +286,20 @@ pub extern "C" fn cuMemMap(
 /// nothing mapped in it is unmapped already: `CUDA_SUCCESS`, as CUDA answers.
 #[no_mangle]
 pub extern "C" fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
-    with_gpu(|gpu| match gpu.vmm_unmap(ptr, size as u64) {
-        Err(_) if nothing_mapped(gpu, ptr, size as u64) => CUDA_SUCCESS,
-        Ok(()) => {
-            if let Ok(mut a) = ACCESS.lock() {
-                let end = ptr.saturating_add(size as u64);
-                a.retain(|&base, _| base < ptr || base >= end);
+    // The writes in flight complete first: they are ordered before the unmap.
+    with_gpu(|gpu| {
+        crate::memory::complete(gpu);
+        match gpu.vmm_unmap(ptr, size as u64) {
+            Err(_) if nothing_mapped(gpu, ptr, size as u64) => CUDA_SUCCESS,
+            Ok(()) => {
+                if let Ok(mut a) = ACCESS.lock() {
+                    let end = ptr.saturating_add(size as u64);
+                    a.retain(|&base, _| base < ptr || base >= end);
+                }
+                CUDA_SUCCESS
             }
-            CUDA_SUCCESS
+            Err(e) => invalid(e),
         }
-        Err(e) => invalid(e),
     })
 }
 

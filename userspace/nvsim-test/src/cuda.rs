@@ -61,6 +61,7 @@ pub struct Cuda {
     dtoh: unsafe extern "C" fn(*mut c_void, u64, usize) -> Res,
     memcpy: unsafe extern "C" fn(u64, u64, usize) -> Res,
     memset: unsafe extern "C" fn(u64, u8, usize) -> Res,
+    synchronize: unsafe extern "C" fn() -> Res,
     alloc_host: unsafe extern "C" fn(*mut *mut c_void, usize) -> Res,
     free_host: unsafe extern "C" fn(*mut c_void) -> Res,
     error_string: unsafe extern "C" fn(Res, *mut *const c_char) -> Res,
@@ -103,6 +104,7 @@ impl Cuda {
             dtoh: sym!(lib, b"cuMemcpyDtoH_v2"),
             memcpy: sym!(lib, b"cuMemcpy"),
             memset: sym!(lib, b"cuMemsetD8_v2"),
+            synchronize: sym!(lib, b"cuCtxSynchronize"),
             alloc_host: sym!(lib, b"cuMemAllocHost_v2"),
             free_host: sym!(lib, b"cuMemFreeHost"),
             error_string: sym!(lib, b"cuGetErrorString"),
@@ -393,9 +395,27 @@ pub fn unified_memory() -> TestResult {
     Cuda::ok(unsafe { (cu.memset)(a, 0xab, size) }, "cuMemsetD8")?;
     Cuda::ok(unsafe { (cu.memcpy)(b, a, size) }, "cuMemcpy DtoD")?;
     let gpu = nvsim::Gpu::open().map_err(harness::errno)?;
+    // Without SYNC_MEMOPS a device-to-device copy is asynchronous to the host: in flight
+    // until a synchronization (the memset before it completed first: the copy read 0xab).
+    check!(
+        gpu.read(b, size).map_err(harness::errno)? != vec![0xab; size],
+        "the BAR shows a device-to-device copy before any synchronization"
+    );
+    Cuda::ok(unsafe { (cu.synchronize)() }, "cuCtxSynchronize")?;
     check!(
         gpu.read(b, size).map_err(harness::errno)? == vec![0xab; size],
-        "the BAR does not show what cuMemsetD8 + cuMemcpy wrote"
+        "the BAR does not show what cuMemsetD8 + cuMemcpy wrote, synchronized"
+    );
+    // With SYNC_MEMOPS on the destination, the copy is there when it returns.
+    let one: c_uint = 1;
+    Cuda::ok(
+        unsafe { (cu.set_attr)((&one as *const c_uint).cast(), ATTR_SYNC_MEMOPS, b) },
+        "SYNC_MEMOPS",
+    )?;
+    Cuda::ok(unsafe { (cu.memset)(b, 0xcd, size) }, "cuMemsetD8")?;
+    check!(
+        gpu.read(b, size).map_err(harness::errno)? == vec![0xcd; size],
+        "the BAR does not show a memset of SYNC_MEMOPS memory when it returns"
     );
     check_eq!(
         unsafe { (cu.memset)(a + 10, 0, size) },
@@ -537,6 +557,13 @@ pub fn vmm_map_pin_unmap() -> TestResult {
         unsafe { (cu.memset)(p + 3 * K64, 0xc3, 4096) },
         "cuMemsetD8",
     )?;
+    // VMM memory refuses SYNC_MEMOPS: the memset is in flight until a synchronization.
+    check_eq!(
+        unsafe { (cu.set_attr)((&1u32 as *const c_uint).cast(), ATTR_SYNC_MEMOPS, p) },
+        801,
+        "SYNC_MEMOPS of VMM memory (CUDA_ERROR_NOT_SUPPORTED)"
+    );
+    Cuda::ok(unsafe { (cu.synchronize)() }, "cuCtxSynchronize")?;
     check!(
         gpu.read(p + 3 * K64, 4096).map_err(harness::errno)? == vec![0xc3; 4096],
         "the BAR does not show what cuMemsetD8 wrote"
