@@ -426,7 +426,7 @@ struct nvsim_fault {
 	int err;
 };
 
-static struct nvsim_fault fault_get_pages, fault_dma_map;
+static struct nvsim_fault fault_get_pages, fault_dma_map, fault_put_pages;
 
 /* A free of one allocation, armed to happen later (debugfs free, free_on_pin). */
 static struct {
@@ -1373,7 +1373,8 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 	u64 start = ktime_get_ns();
 	struct nvsim_call call;
 	struct nvsim_pin *pin;
-	bool live;
+	bool live, mine;
+	int ret = 0;
 
 	might_sleep();
 	if (!page_table)
@@ -1387,10 +1388,24 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 	nvsim_entry_delay(&put_pages_delay_us);
 	nvsim_lock_acquire();
 	pin = nvsim_pin_by_table(page_table);
-	if (pin && !pin->persistent &&
-	    (pin->tgid != current->tgid || (current->flags & PF_KTHREAD))) {
-		/* From another process the lookup finds nothing: 0, nothing released. */
+	mine = pin && pin->tgid == current->tgid && !(current->flags & PF_KTHREAD);
+	/*
+	 * debugfs fail_put_pages: the driver's error (RM's status mapped to an
+	 * errno) for the owner's put of a live table, and the pin left in
+	 * place: its callback comes when the memory goes.
+	 */
+	if (mine && !pin->persistent && live)
+		ret = nvsim_fault_hit(&fault_put_pages);
+	if (pin && !pin->persistent && !mine) {
+		/*
+		 * From another process the lookup finds nothing: 0, nothing
+		 * released. The pin stays until the memory goes: a misuse.
+		 */
 		st.put_pages_wrong_process++;
+		nvsim_client_err("put_pages(%#llx) from another process or a kernel thread: the driver finds no pin and releases nothing; the pin stays until the memory is freed\n",
+				 virtual_address);
+	} else if (ret) {
+		/* fail_put_pages: nothing released. */
 	} else if (pin && !pin->persistent) {
 		if (!live || nvsim_call_saw_free(&call, false))
 			nvsim_client_err("stale put_pages(%#llx): its table was freed by the free callback and is now the table of a newer pin of this process at %#llx, which is released\n",
@@ -1405,7 +1420,7 @@ int nvidia_p2p_put_pages(u64 p2p_token, u32 va_space, u64 virtual_address,
 	nvsim_lock_release();
 	nvsim_call_end(&call);
 	nvsim_put_pages_timed(start);
-	return 0;
+	return ret;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
@@ -2723,6 +2738,8 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("fail_get_pages", 0600, nvsim_debugfs, &fault_get_pages,
 			    &nvsim_fault_fops);
 	debugfs_create_file("fail_dma_map", 0600, nvsim_debugfs, &fault_dma_map,
+			    &nvsim_fault_fops);
+	debugfs_create_file("fail_put_pages", 0600, nvsim_debugfs, &fault_put_pages,
 			    &nvsim_fault_fops);
 	debugfs_create_file("free", 0200, nvsim_debugfs, NULL, &nvsim_free_fops);
 	debugfs_create_file("check_freed", 0200, nvsim_debugfs, NULL, &nvsim_check_freed_fops);

@@ -213,8 +213,9 @@ fn read_events(
     Ok(())
 }
 
-/// Injected failures: nvsim's knob, and the errnos it alternates between.
-const FAULTS: [&str; 2] = ["fail_get_pages", "fail_dma_map"];
+/// Injected failures: nvsim's knob, and the errnos it alternates between. A failed
+/// put_pages leaves its pin to the free callback (since 2026-11-29).
+const FAULTS: [&str; 3] = ["fail_get_pages", "fail_dma_map", "fail_put_pages"];
 const FAULT_ERRNOS: [i32; 2] = [libc::ENOMEM, libc::EIO];
 const FAULT_PERCENT: u32 = 3;
 

@@ -122,6 +122,7 @@ pub fn put_pages_finds_the_pin_by_process_and_table() -> TestResult {
         "put from another process"
     );
     check_eq!(stat("pins_live")?, 1, "released by nobody");
+    take_client_errors(1, "a put_pages from another process")?;
     check_eq!(status(&format!("put {}", q.handle))?, 0, "put");
     Ok(())
 }

@@ -10,7 +10,8 @@ mod cuda;
 mod driver;
 
 use nvsim::testing::{
-    self as harness, client, debugfs, errno, param, pin, stat, stats, status, Test, TestResult,
+    self as harness, client, debugfs, errno, param, pin, stat, stats, status, take_client_errors,
+    Test, TestResult,
 };
 use nvsim::Gpu;
 use nvsim::{check, check_eq};
@@ -209,6 +210,7 @@ fn put_from_wrong_process_releases_nothing() -> TestResult {
     );
     check_eq!(stat("pins_live")?, 1, "pin still live");
     check_eq!(stat("put_pages_wrong_process")?, before + 1, "counted");
+    take_client_errors(1, "a put_pages from another process")?;
     check_eq!(status(&format!("put {}", p.handle))?, 0, "owner's put");
     check_eq!(stat("pins_live")?, 0, "released by the owner");
     Ok(())

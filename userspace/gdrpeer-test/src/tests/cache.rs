@@ -302,6 +302,39 @@ fn bar1_exhaustion_evicts_and_retries() -> TestResult {
     })
 }
 
+/// A merge whose memory is freed between nv-p2p's two pin steps (nvsim's
+/// `free_between_pin_steps`): the callbacks of the regions being merged, which handles hold,
+/// fire inside gdrpeer's own get_pages call, and the merged pin fails. The PIN fails with
+/// ENXIO or EINVAL (memory freed), the handles read as revoked, and nothing is left (checked
+/// after every test). No gdrpeer test armed the knob before 2026-11-29.
+fn merge_freed_between_the_pin_steps() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, id) = gpu.alloc(4 * K64).map_err(errno)?;
+    let d = dev()?;
+    let a = ok(d.pin(va, K64, PinFlags::empty()), "pin [0,1)")?;
+    let b = ok(d.pin(va + 2 * K64, K64, PinFlags::empty()), "pin [2,3)")?;
+    let e = with_debugfs("free_between_pin_steps", &id.to_string(), "0", || {
+        fails(
+            d.pin(va, 4 * K64, PinFlags::empty()),
+            "pin [0,4), freed between the pin steps",
+        )
+    })?;
+    check!(
+        matches!(e, Errno::NXIO | Errno::INVAL),
+        "the merged pin's errno: {e:?}, expected ENXIO or EINVAL"
+    );
+    let states =
+        [a.handle, b.handle].map(|h| d.info(h).map(|i| i.state).map_err(|e| e.to_string()));
+    check_eq!(
+        states,
+        [Ok(PinState::Revoked), Ok(PinState::Revoked)],
+        "the merged regions' handles after the free"
+    );
+    check_eq!(stat("pins_live")?, 0, "pins after the free");
+    ok(d.unpin(a.handle), "unpin")?;
+    ok(d.unpin(b.handle), "unpin")
+}
+
 /// This subject's tests, in the order they run.
 pub const TESTS: &[Test] = &[
     (
@@ -309,6 +342,10 @@ pub const TESTS: &[Test] = &[
         contained_request_is_a_hit,
     ),
     ("gdrpeer-unpin-is-lazy", unpin_is_lazy),
+    (
+        "gdrpeer-merge-freed-between-the-pin-steps",
+        merge_freed_between_the_pin_steps,
+    ),
     ("gdrpeer-nocache-pins-per-use", nocache_pins_per_use),
     (
         "gdrpeer-overlapping-requests-merge",

@@ -10,9 +10,12 @@ use crate::helpers::{
     check_dma_kind, check_dma_reaches, delayed_call_asleep, dev, edu, eventually, fails,
     gdrpeer_idle, gstat, iommu_translates, ok, pattern, with_nic, K64,
 };
+use crate::proc::rmmod_gdrpeer;
 use gdrpeer::{PciAddress, PinFlags, PinState};
 use nvsim::gdrnic::Nic;
-use nvsim::testing::{self as harness, client, debugfs, errno, stat, Test, TestResult, SKIP};
+use nvsim::testing::{
+    self as harness, client, debugfs, errno, stat, with_debugfs, Test, TestResult, SKIP,
+};
 use nvsim::{check, check_eq, Gpu};
 use rustix::io::Errno;
 use std::time::{Duration, Instant};
@@ -382,6 +385,46 @@ fn dma_map_reaches_the_page(n: &Nic, gpu: &Gpu, va: u64) -> TestResult {
 }
 
 /// This subject's tests, in the order they run.
+/// A put_pages that fails (nvsim's `fail_put_pages`: the driver's error, its pin left in
+/// place) leaves the region to NVIDIA's free callback: gdrpeer counts it deferred and keeps
+/// its module referenced (rmmod refused), and the free of the memory calls back and gives
+/// everything back. Until 2026-11-29 nvsim's put_pages never failed, and this path of
+/// gdrpeer (`Unpinned::LeftForCallback` after a release) never ran.
+fn put_pages_failure_leaves_the_pin_to_the_callback() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let d = dev()?;
+    let p = ok(d.pin(va, K64, PinFlags::NOCACHE), "pin")?;
+    let faults = stat("faults_injected")?;
+    with_debugfs("fail_put_pages", "1 5", "0 0", || {
+        ok(d.unpin(p.handle), "unpin whose put_pages fails")
+    })?;
+    check_eq!(
+        stat("faults_injected")? - faults,
+        1,
+        "put_pages failures injected"
+    );
+    check_eq!(stat("pins_live")?, 1, "pins NVIDIA still holds");
+    check_eq!(
+        gstat("deferred_releases")?,
+        1,
+        "regions left for the callback"
+    );
+    check!(
+        !rmmod_gdrpeer()?,
+        "rmmod succeeded with a pin NVIDIA can still call back"
+    );
+    gpu.free(va).map_err(errno)?;
+    check_eq!(stat("pins_live")?, 0, "pins after the free");
+    check_eq!(
+        (gstat("deferred_releases")?, gstat("regions")?),
+        (0, 0),
+        "regions left for the callback, regions, after the free"
+    );
+    drop(d);
+    gdrpeer_idle()
+}
+
 pub const TESTS: &[Test] = &[
     (
         "gdrpeer-callback-revokes-a-held-pin",
@@ -407,5 +450,9 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-stale-dma-map-spares-a-newer-pin",
         stale_dma_map_spares_a_newer_pin,
+    ),
+    (
+        "gdrpeer-put-pages-failure-leaves-the-pin-to-the-callback",
+        put_pages_failure_leaves_the_pin_to_the_callback,
     ),
 ];
