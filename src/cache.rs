@@ -557,6 +557,14 @@ impl Context {
     }
 
     /// Runs `f` on a handle's region and window.
+    /// The region of `handle`, held, and its window: for a use outside the context's lock
+    /// (a copy to user space).
+    pub(crate) fn handle_region(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
+        let inner = self.lock();
+        let h = inner.handles.get(&handle).ok_or(EINVAL)?;
+        Ok((h.region.clone(), h.window))
+    }
+
     pub(crate) fn with_handle<R>(
         &self,
         handle: u64,

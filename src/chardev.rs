@@ -292,26 +292,12 @@ fn info(ctx: &Context, user: UserSlice) -> Result {
     writer.write(&out)
 }
 
-/// Copies the addresses of a handle's pages (bus addresses, or `peer`'s DMA addresses) to the
-/// user array at `addrs`, which has room for `count`; returns how many were written.
-fn copy_pages(
-    ctx: &Context,
-    handle: u64,
-    peer: Option<&kernel::pci::Device>,
-    addrs: u64,
-    count: u32,
-) -> Result<u32> {
-    let out = ctx.with_handle(handle, |region, window| {
-        if count < window.page_count() {
-            return Err(ENOSPC);
-        }
-        region.window_addresses(window, peer)
-    })?;
-    let bytes = AsBytes::as_bytes(&*out);
-    UserSlice::new(UserPtr::from_addr(addrs as usize), bytes.len())
+/// Copies `addrs` to the user array at `to`.
+fn write_addresses(to: u64, addrs: &[u64]) -> Result {
+    let bytes = AsBytes::as_bytes(addrs);
+    UserSlice::new(UserPtr::from_addr(to as usize), bytes.len())
         .writer()
-        .write_slice(bytes)?;
-    Ok(out.len() as u32)
+        .write_slice(bytes)
 }
 
 fn get_pages(ctx: &Context, user: UserSlice) -> Result {
@@ -320,7 +306,14 @@ fn get_pages(ctx: &Context, user: UserSlice) -> Result {
     if !sys::capable_sys_rawio() {
         return Err(EPERM);
     }
-    g.count = copy_pages(ctx, g.handle, None, g.addrs, g.count)?;
+    // The region's own array, read in place outside the context's lock: nothing is
+    // allocated, and the region is held for the copy.
+    let (region, window) = ctx.handle_region(g.handle)?;
+    if g.count < window.page_count() {
+        return Err(ENOSPC);
+    }
+    write_addresses(g.addrs, region.window_bus_addresses(&window)?)?;
+    g.count = window.page_count();
     writer.write(&g)
 }
 
@@ -334,8 +327,18 @@ fn dma_map(ctx: &Context, user: UserSlice) -> Result {
         return Err(EPERM);
     }
     let peer = sys::pci_device(d.pci_domain, d.pci_bus, d.pci_devfn).ok_or(ENODEV)?;
-    ctx.with_handle(d.handle, |region, _| region.pinned().dma_map(&peer))?;
-    d.count = copy_pages(ctx, d.handle, Some(&peer), d.addrs, d.count)?;
+    // The window's addresses come from the mapping this call made or found, not from a
+    // second lookup: a peer unbound in between would have taken that mapping away (-ENOENT).
+    let (all, first, n) = ctx.with_handle(d.handle, |region, window| {
+        if d.count < window.page_count() {
+            return Err(ENOSPC);
+        }
+        let all = region.pinned().dma_map(&peer)?;
+        let first = window.first_page_in(region.pinned().range());
+        Ok((all, first, window.page_count() as usize))
+    })?;
+    write_addresses(d.addrs, all.get(first..first + n).ok_or(EINVAL)?)?;
+    d.count = n as u32;
     writer.write(&d)
 }
 
