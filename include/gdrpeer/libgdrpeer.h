@@ -176,9 +176,10 @@ int gdrpeer_map(const gdrpeer_t *g, uint64_t handle, uint64_t offset, size_t len
 
 /*
  * Unmaps a mapping gdrpeer_map() returned: addr and len exactly as mapped
- * and given, once. Nothing may access the range afterwards. Returns 0, or
- * munmap(2)'s -errno (EINVAL: addr off a page boundary). In a forked child,
- * which has no such mapping, it unmaps nothing and returns 0.
+ * and given, once. Nothing may access the range afterwards. Returns 0;
+ * -EINVAL for an address and length gdrpeer_map() did not return (or one
+ * unmapped already), or munmap(2)'s -errno. In a forked child, which has
+ * none of its parent's mappings, it unmaps nothing and returns 0.
  */
 int gdrpeer_unmap(void *addr, size_t len);
 

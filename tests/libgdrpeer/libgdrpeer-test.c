@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 
 #include <gdrpeer/libgdrpeer.h>
 
@@ -91,6 +93,39 @@ static int check_version(gdrpeer_t *g)
 	if (v.abi >> 16 != lib >> 16 || (v.abi & 0xffff) < 4)
 		return failf("module ABI %#x: not the library's major with dma-buf export", v.abi);
 	return gdrpeer_fd(g) >= 0 ? 0 : failf("gdrpeer_fd: %d", gdrpeer_fd(g));
+}
+
+/*
+ * A forked child has none of its parent's mappings (the kernel leaves them
+ * out): its gdrpeer_unmap of one returns 0 and unmaps nothing, not even the
+ * child's own memory at that address.
+ */
+static int check_unmap_in_forked_child(void *map, size_t window)
+{
+	int status;
+	pid_t child = fork();
+
+	if (child < 0)
+		return failf("fork: %s", strerror(errno));
+	if (child == 0) {
+		unsigned char *own = mmap(map, 4096, PROT_READ | PROT_WRITE,
+					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+					  -1, 0);
+
+		if (own != map)
+			_exit(2);
+		own[0] = 0x5a;
+		if (gdrpeer_unmap(map, window))
+			_exit(3);
+		_exit(own[0] == 0x5a ? 0 : 4);
+	}
+	if (waitpid(child, &status, 0) != child)
+		return failf("waitpid: %s", strerror(errno));
+	if (!WIFEXITED(status) || WEXITSTATUS(status))
+		return failf("the child's gdrpeer_unmap of its parent's mapping: status %#x (2: the range was mapped in the child, 3: it failed, a signal: it unmapped the child's own memory)",
+			     status);
+	printf("  gdrpeer_unmap in a forked child: unmapped nothing\n");
+	return 0;
 }
 
 static int check_pin_map_copy(gdrpeer_t *g)
@@ -170,14 +205,18 @@ static int check_pin_map_copy(gdrpeer_t *g)
 		failf("the mapping does not show what cuMemcpyHtoD wrote");
 		goto unmap;
 	}
-	/* munmap's own error comes back: an address off a page boundary. */
-	if (expect_error("gdrpeer_unmap off a page boundary",
-			 gdrpeer_unmap((char *)map + 1, window), EINVAL, "munmap"))
+	if (expect_error("gdrpeer_unmap of an address it did not return",
+			 gdrpeer_unmap((char *)map + 4096, window - 4096), EINVAL,
+			 "not a mapping gdrpeer_map returned") ||
+	    check_unmap_in_forked_child(map, window))
 		goto unmap;
 	ret = 0;
 unmap:
 	if (gdrpeer_unmap(map, window) && !ret)
 		ret = failf("gdrpeer_unmap: %s", gdrpeer_last_error());
+	if (!ret && expect_error("a second gdrpeer_unmap", gdrpeer_unmap(map, window), EINVAL,
+				 "not a mapping gdrpeer_map returned"))
+		ret = -1;
 unpin:
 	if (gdrpeer_unpin(g, pin.handle) && !ret)
 		ret = failf("gdrpeer_unpin: %s", gdrpeer_last_error());

@@ -1245,6 +1245,20 @@ static void nvsim_free_between_steps(struct nvsim_pin *pin)
 	nvsim_lock_release();
 }
 
+/*
+ * What a failed get_pages leaves in *page_table once the arguments passed the
+ * driver's first checks: nv_p2p_get_pages() allocates the table into
+ * *page_table, and on failure frees it without clearing the pointer. A client
+ * that reads it reads freed memory (KASAN reports it).
+ */
+static void nvsim_leave_freed_table(struct nvidia_p2p_page_table **page_table)
+{
+	struct nvidia_p2p_page_table *t = kzalloc(sizeof(*t), GFP_KERNEL);
+
+	WRITE_ONCE(*page_table, t);
+	kfree(t);
+}
+
 static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 			      struct nvidia_p2p_page_table **page_table,
 			      void (*free_callback)(void *data), void *data,
@@ -1294,6 +1308,8 @@ static int nvsim_do_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len,
 out:
 	if (!ret)
 		*page_table = &pin->pt;
+	else
+		nvsim_leave_freed_table(page_table);
 	return ret;
 }
 

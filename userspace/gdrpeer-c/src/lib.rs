@@ -14,9 +14,16 @@ use gdrpeer::{Device, Error, Mapping, Op, PciAddress, PinFlags};
 use rustix::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::{
     cell::RefCell,
+    collections::BTreeMap,
     ffi::{c_char, c_int, c_void, CStr, CString},
+    sync::Mutex,
     time::Duration,
 };
+
+/// The mappings `gdrpeer_map` returned and `gdrpeer_unmap` has not unmapped: address, and
+/// length and the process that mapped it. A forked child's copy names mappings the kernel
+/// left out of the child (they are the parent's): there `gdrpeer_unmap` unmaps nothing.
+static MAPPINGS: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
 
 /// An open `/dev/gdrpeer` (`gdrpeer_t` in C).
 pub struct Gdrpeer {
@@ -388,7 +395,10 @@ pub unsafe extern "C" fn gdrpeer_map(
     // SAFETY: the caller's contract.
     match unsafe { with(g, "gdrpeer_map: no device", |d| d.map(handle, offset, len)) } {
         Ok(m) => {
-            let (p, _) = m.into_raw();
+            let (p, len) = m.into_raw();
+            if let Ok(mut maps) = MAPPINGS.lock() {
+                maps.insert(p as usize, (len, std::process::id()));
+            }
             // SAFETY: the caller's contract; checked not null above.
             unsafe { out.write(p.cast()) };
             0
@@ -403,11 +413,23 @@ pub unsafe extern "C" fn gdrpeer_unmap(addr: *mut c_void, len: usize) -> c_int {
     if addr.is_null() || len == 0 {
         return bad_arg("gdrpeer_unmap: no mapping");
     }
-    // SAFETY: the caller's contract: a mapping gdrpeer_map returned, of this length, not
-    // unmapped yet.
-    match unsafe { Mapping::from_raw(addr.cast(), len) }.unmap() {
-        Ok(()) => 0,
-        Err(e) => fail(e),
+    let mapped = MAPPINGS
+        .lock()
+        .ok()
+        .and_then(|mut maps| match maps.get(&(addr as usize)) {
+            Some(&(l, pid)) if l == len => maps.remove(&(addr as usize)).map(|_| pid),
+            _ => None,
+        });
+    match mapped {
+        None => bad_arg("gdrpeer_unmap: not a mapping gdrpeer_map returned, of that length"),
+        // A forked child's: the kernel left the mapping out of the child.
+        Some(pid) if pid != std::process::id() => 0,
+        // SAFETY: a mapping gdrpeer_map returned in this process, of this length, not
+        // unmapped yet (it was listed until now).
+        Some(_) => match unsafe { Mapping::from_raw(addr.cast(), len) }.unmap() {
+            Ok(()) => 0,
+            Err(e) => fail(e),
+        },
     }
 }
 

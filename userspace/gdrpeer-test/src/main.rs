@@ -39,6 +39,10 @@ use std::process::ExitCode;
 /// The modes in which the tests run this program as a child (alone on the command line).
 const CHILD_MODES: &[proc::ChildMode] = &[
     ("--pin-and-wait", tests::processes::pin_and_wait),
+    (
+        "--pin-and-wait-gdrpeer-first",
+        tests::processes::pin_and_wait_gdrpeer_first,
+    ),
     ("--nic-reg-and-wait", nic::reg_and_wait),
     ("--gpu-alloc-and-wait", tests::badinput::gpu_alloc_and_wait),
     ("--cuda-touch-after-free", sanity::touch_after_cumemfree),

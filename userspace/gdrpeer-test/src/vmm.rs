@@ -162,6 +162,26 @@ pub fn gdrdrv_touch_after_unmap() -> TestResult {
 /// of the registration's handle.
 pub fn regcache_over_vmm_memory() -> TestResult {
     load()?;
+    // The flag the cache sets stays on the test process's context: put back what was there,
+    // so that the tests after this one still see a copy without SYNC_MEMOPS complete late.
+    // SAFETY: libcuda.so.1 is loaded already (sanity::load); this takes a reference.
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }
+        .map_err(|e| format!("libcuda.so.1: {e}"))?;
+    // SAFETY (both entry points): read as their CUDA driver API signatures.
+    let get_flags: unsafe extern "C" fn(*mut c_uint) -> Res =
+        unsafe { cuda_entry(&lib, "cuCtxGetFlags") }?;
+    let set_flags: unsafe extern "C" fn(c_uint) -> Res =
+        unsafe { cuda_entry(&lib, "cuCtxSetFlags") }?;
+    let mut flags: c_uint = 0;
+    // SAFETY: a valid out-pointer.
+    res(unsafe { get_flags(&mut flags) }, "cuCtxGetFlags")?;
+    let r = registers_vmm_memory();
+    // SAFETY: the flags read above.
+    res(unsafe { set_flags(flags) }, "cuCtxSetFlags")?;
+    r
+}
+
+fn registers_vmm_memory() -> TestResult {
     let m = VmmMem::new()?;
     let d = crate::helpers::dev()?;
     let mut cache = gdrpeer::regcache::RegCache::new(&d, cu(), 4);

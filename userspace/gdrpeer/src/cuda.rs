@@ -193,6 +193,10 @@ impl PointerInfo for Cuda {
     /// (`cuCtxSetFlags`, CUDA 12.1 on), which makes every synchronous copy and memset of
     /// the context synchronize, as UCX does for such memory. Without `cuCtxSetFlags` the
     /// refusal stands.
+    ///
+    /// The flag is the calling thread's current context's, for all its memory: copies to
+    /// the same VMM memory from another context get no such guarantee, and a program that
+    /// sets its context's flags afterwards must keep this one.
     fn set_sync_memops(&self, ptr: u64) -> Result<(), CudaError> {
         let one: c_uint = 1;
         // SAFETY: see `Cuda::load`; SYNC_MEMOPS takes an unsigned int.

@@ -67,25 +67,7 @@ pub trait EventSource: AsFd {
     /// Waits up to `timeout` (`None`: for ever) for the file to become readable; whether it
     /// did. A signal ends the wait early with `false`.
     fn wait_events(&self, timeout: Option<Duration>) -> Result<bool, Error> {
-        let fd = self.as_fd();
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        let ts = timeout.map(|t| Timespec {
-            // Past the largest time_t: as good as for ever (not a negative, invalid time).
-            tv_sec: t.as_secs().min(i64::MAX as u64) as _,
-            tv_nsec: t.subsec_nanos() as _,
-        });
-        match poll(&mut fds, ts.as_ref()) {
-            Ok(n) => {
-                let got = fds[0].revents();
-                if got.contains(PollFlags::ERR) {
-                    // What poll says to a process that is not the opener.
-                    return Err(Error::ioctl(Op::ReadEvents, Errno::ACCESS));
-                }
-                Ok(n > 0 && got.contains(PollFlags::IN))
-            }
-            Err(Errno::INTR) => Ok(false),
-            Err(errno) => Err(Error::ioctl(Op::ReadEvents, errno)),
-        }
+        Ok(poll_once(self.as_fd(), timeout)?.unwrap_or(false))
     }
 
     /// Reads the queued events, oldest first, waiting (read(2) blocks) until there is one.
@@ -156,17 +138,42 @@ pub trait EventSource: AsFd {
     }
 }
 
+/// One poll(2) of `fd` for reading, up to `timeout` (`None`: for ever): whether it is
+/// readable, `None` when a signal ended the wait.
+fn poll_once(
+    fd: rustix::fd::BorrowedFd<'_>,
+    timeout: Option<Duration>,
+) -> Result<Option<bool>, Error> {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = timeout.map(|t| Timespec {
+        // Past the largest time_t: as good as for ever (not a negative, invalid time).
+        tv_sec: t.as_secs().min(i64::MAX as u64) as _,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    match poll(&mut fds, ts.as_ref()) {
+        Ok(n) => {
+            let got = fds[0].revents();
+            if got.contains(PollFlags::ERR) {
+                // What poll says to a process that is not the opener.
+                return Err(Error::ioctl(Op::ReadEvents, Errno::ACCESS));
+            }
+            Ok(Some(n > 0 && got.contains(PollFlags::IN)))
+        }
+        Err(Errno::INTR) => Ok(None),
+        Err(errno) => Err(Error::ioctl(Op::ReadEvents, errno)),
+    }
+}
+
 /// Waits until `src` is readable or `deadline` passes (looking at least once); whether it
-/// became readable. A signal's early end of poll(2) is waited out: only the deadline ends
-/// the wait.
+/// became readable. A signal's early end of poll(2) is waited out: only the deadline, or
+/// a poll that answers without readability (a hang-up), ends the wait.
 fn readable_by<S: EventSource + ?Sized>(src: &S, deadline: Instant) -> Result<bool, Error> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if src.wait_events(Some(left))? {
-            return Ok(true);
-        }
-        if Instant::now() >= deadline {
-            return Ok(false);
+        match poll_once(src.as_fd(), Some(left))? {
+            Some(readable) => return Ok(readable),
+            None if Instant::now() >= deadline => return Ok(false),
+            None => {}
         }
     }
 }

@@ -200,12 +200,10 @@ pub static ATTRIBUTES: &[Attribute] = attributes! {
     // library has neither cuFlushGPUDirectRDMAWrites nor stream memory operations, and needs
     // neither (see WRITES_ORDERING).
     117 GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS => Sim { value: 0, h100: 1 };
-    // CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER: the GPU memory is the BAR itself, so a
-    // peer's write is there, in order, when the peer's DMA completes. An H100 answers NONE.
-    118 GPU_DIRECT_RDMA_WRITES_ORDERING => Sim {
-        value: crate::device::CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER,
-        h100: 0,
-    };
+    // CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER, as the H100 and H200 answered
+    // (`tests/cuda-trace`): here the GPU memory is the BAR itself, so a peer's write is
+    // there, in order, when the peer's DMA completes.
+    118 GPU_DIRECT_RDMA_WRITES_ORDERING => H100(crate::device::CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER);
     // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
     119 MEMPOOL_SUPPORTED_HANDLE_TYPES => H100(9);
     120 CLUSTER_LAUNCH => H100(1);
@@ -357,6 +355,36 @@ mod tests {
                 assert_ne!(value, h100, "{}", a.names[0]);
             }
         }
+    }
+
+    /// The table's H100 answers (an `H100` row's value, a `Sim` row's `h100`) are the
+    /// recorded H100's (`tests/cuda-trace`), which the guest's comparison checks only where
+    /// the simulation answers the same: a `Sim` row's note of the H100 would go unchecked.
+    #[test]
+    fn h100_answers_are_the_recorded_ones() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/cuda-trace/h100-580.159.04.txt"
+        );
+        let record = std::fs::read_to_string(path).unwrap();
+        let recorded = |n: c_uint| {
+            record
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("attributes.{n}: ")))
+                .and_then(|v| v.parse::<c_int>().ok())
+        };
+        let mut checked = 0;
+        for a in ATTRIBUTES {
+            let h100 = match a.value {
+                H100(v) | Sim { h100: v, .. } => v,
+                PciDomain | PciBus | PciDevice => continue,
+            };
+            if let Some(r) = recorded(a.number) {
+                assert_eq!(h100, r, "{} ({})", a.names[0], a.number);
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked} attributes found in the record");
     }
 
     const ENUM: &str = "

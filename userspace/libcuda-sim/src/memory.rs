@@ -122,53 +122,64 @@ fn locate(gpu: &nvsim::Gpu, ptr: u64, n: usize, write: bool) -> Result<Span, CUr
     }
 }
 
-/// A write to device memory that returned before it completed.
-enum Late {
-    Bytes(u64, Vec<u8>),
-    Fill(u64, u8, usize),
+/// A write to device memory that returned before it completed: where, what, and the
+/// BUFFER_ID of the allocation it was issued to.
+struct Late {
+    dst: u64,
+    what: Write,
+    buffer_id: u64,
+}
+
+/// What a [`Late`] write writes.
+enum Write {
+    Bytes(Vec<u8>),
+    Fill(u8, usize),
+}
+
+impl Write {
+    fn to(self, gpu: &nvsim::Gpu, dst: u64) -> Result<(), rustix::io::Errno> {
+        match self {
+            Write::Bytes(bytes) => gpu.write(dst, &bytes),
+            Write::Fill(byte, n) => gpu.fill(dst, byte, n),
+        }
+    }
 }
 
 /// The writes in flight, oldest first.
 static LATE: Mutex<Vec<Late>> = Mutex::new(Vec::new());
 
 /// Completes the writes in flight, in the order they were issued. One whose memory is gone
-/// (freed behind this library's back: a process's memory freed through nvsim's debugfs) is
-/// dropped, as a GPU's write to memory no longer mapped faults the context.
+/// (freed behind this library's back: a process's memory freed through nvsim's debugfs,
+/// maybe allocated again at the same address since) is dropped, as a GPU's write to memory
+/// no longer mapped faults the context.
 pub(crate) fn complete(gpu: &nvsim::Gpu) {
     let late = match LATE.lock() {
         Ok(mut l) => std::mem::take(&mut *l),
         Err(_) => return,
     };
     for w in late {
-        let _ = match w {
-            Late::Bytes(dst, bytes) => gpu.write(dst, &bytes),
-            Late::Fill(dst, byte, n) => gpu.fill(dst, byte, n),
-        };
+        if gpu.query(w.dst).is_ok_and(|q| q.buffer_id == w.buffer_id) {
+            let _ = w.what.to(gpu, w.dst);
+        }
     }
 }
 
-/// Whether a copy or memset to device memory at `dst` completes before it returns: the
-/// allocation has SYNC_MEMOPS, or the current context `CU_CTX_SYNC_MEMOPS`.
-fn synchronous(gpu: &nvsim::Gpu, dst: u64) -> bool {
-    crate::context::sync_memops() || gpu.query(dst).is_ok_and(|q| q.sync_memops != 0)
-}
-
-/// Writes `w` to device memory now if its destination is [`synchronous`], else leaves it in
-/// flight ([`LATE`]).
-fn write_device(gpu: &nvsim::Gpu, w: Late) -> Result<(), rustix::io::Errno> {
-    let dst = match &w {
-        Late::Bytes(dst, _) | Late::Fill(dst, _, _) => *dst,
-    };
-    if !synchronous(gpu, dst) {
+/// Writes `what` to device memory at `dst` now if the write completes before it returns
+/// (the allocation has SYNC_MEMOPS, or the current context `CU_CTX_SYNC_MEMOPS`), else
+/// leaves it in flight ([`LATE`]).
+fn write_device(gpu: &nvsim::Gpu, dst: u64, what: Write) -> Result<(), rustix::io::Errno> {
+    let q = gpu.query(dst)?;
+    if q.sync_memops == 0 && !crate::context::sync_memops() {
         if let Ok(mut l) = LATE.lock() {
-            l.push(w);
+            l.push(Late {
+                dst,
+                what,
+                buffer_id: q.buffer_id,
+            });
             return Ok(());
         }
     }
-    match w {
-        Late::Bytes(dst, bytes) => gpu.write(dst, &bytes),
-        Late::Fill(dst, byte, n) => gpu.fill(dst, byte, n),
-    }
+    what.to(gpu, dst)
 }
 
 /// Copies `n` bytes between located spans: device memory through nvsim's mapping.
@@ -180,7 +191,7 @@ unsafe fn copy(gpu: &nvsim::Gpu, dst: Span, src: Span, n: usize) -> CUresult {
     let done = match (dst, src) {
         (Span::Device(d), Span::Device(s)) => gpu
             .read(s, n)
-            .and_then(|b| write_device(gpu, Late::Bytes(d, b))),
+            .and_then(|b| write_device(gpu, d, Write::Bytes(b))),
         (Span::Device(d), Span::Host(s)) => {
             // SAFETY: the caller's contract: `n` readable bytes at `s`.
             let bytes = unsafe { std::slice::from_raw_parts(s, n) };
@@ -188,7 +199,7 @@ unsafe fn copy(gpu: &nvsim::Gpu, dst: Span, src: Span, n: usize) -> CUresult {
                 // From page-locked host memory (cuMemAllocHost) a copy is synchronous.
                 gpu.write(d, bytes)
             } else {
-                write_device(gpu, Late::Bytes(d, bytes.to_vec()))
+                write_device(gpu, d, Write::Bytes(bytes.to_vec()))
             }
         }
         (Span::Host(d), Span::Device(s)) => gpu.read(s, n).map(|b| {
@@ -355,7 +366,7 @@ pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, uc: u8, n: usize) -> CUresult 
         complete(gpu);
         match locate(gpu, dst, n, true) {
             Ok(Span::Device(_)) if n == 0 => CUDA_SUCCESS,
-            Ok(Span::Device(d)) => match write_device(gpu, Late::Fill(d, uc, n)) {
+            Ok(Span::Device(d)) => match write_device(gpu, d, Write::Fill(uc, n)) {
                 Ok(()) => CUDA_SUCCESS,
                 Err(_) => CUDA_ERROR_INVALID_VALUE,
             },

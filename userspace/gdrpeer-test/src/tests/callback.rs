@@ -25,11 +25,19 @@ fn callback_revokes_a_held_pin() -> TestResult {
     let (va, id) = gpu.alloc(2 * K64).map_err(errno)?;
     let d = dev()?;
     let p = ok(d.pin(va, 2 * K64, PinFlags::empty()), "pin")?;
+    let tables = stat("free_page_table_calls")?;
     debugfs("free", &id.to_string())?;
     check_eq!(
         ok(d.info(p.handle), "info")?.state,
         PinState::Revoked,
         "state after free"
+    );
+    // The callback must give the table back (nv-p2p-behaviour.md, "The free callback"),
+    // a no-op in the driver of today that nvsim counts.
+    check_eq!(
+        stat("free_page_table_calls")? - tables,
+        1,
+        "nvidia_p2p_free_page_table calls by the callback"
     );
     check_eq!(
         fails(d.get_pages(p.handle), "pages after free")?,
