@@ -7,7 +7,7 @@
 use crate::doctables::{self, errno_name};
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    all_released, dev, edu, fails, get_pages_into, ok, param, without_rawio, K64,
+    all_released, dev, edu, fails, get_pages_into, gstat, ok, param, without_rawio, K64,
 };
 use crate::tests::failnth;
 use crate::{dmabuf, proc};
@@ -324,9 +324,30 @@ fn checks() -> BTreeMap<&'static str, fn() -> Result<Errno, String>> {
     });
     c.insert("short-address-array", || {
         let s = setup()?;
-        Ok(get_pages_into(&s.d, s.handle, 1)?
-            .err()
-            .ok_or("GET_PAGES of 1 entry")?)
+        let pages = get_pages_into(&s.d, s.handle, 1)?;
+        // DMA_MAP's array too, refused before anything is mapped (since 2026-11-29: the
+        // mapping was made first, and stayed for nothing until the unpin).
+        let (peer, mapped) = (edu()?, gstat("dma_pages_mapped")?);
+        let mut addr = [0u64; 1];
+        let mut m = uapi::DmaMap {
+            count: 1,
+            handle: s.handle,
+            addrs: addr.as_mut_ptr() as u64,
+            pci_domain: peer.domain,
+            pci_bus: peer.bus,
+            pci_devfn: peer.devfn,
+            ..uapi::DmaMap::new()
+        };
+        let dma = raw(s.d.as_fd(), uapi::IOCTL_DMA_MAP, &mut m as *mut _ as usize);
+        check_eq!(
+            gstat("dma_pages_mapped")?,
+            mapped,
+            "DMA-mapped pages after a DMA_MAP with a short array"
+        );
+        same_errno(
+            vec![pages.map(|_| ()), dma],
+            "GET_PAGES and DMA_MAP of 1 entry for 2 pages",
+        )
     });
     c.insert("get-pages-unprivileged", || {
         let s = setup()?;
