@@ -556,7 +556,6 @@ impl Context {
         }
     }
 
-    /// Runs `f` on a handle's region and window.
     /// The region of `handle`, held, and its window: for a use outside the context's lock
     /// (a copy to user space).
     pub(crate) fn handle_region(&self, handle: u64) -> Result<(Arc<Region>, GpuRange)> {
@@ -565,6 +564,7 @@ impl Context {
         Ok((h.region.clone(), h.window))
     }
 
+    /// Runs `f` on a handle's region and window.
     pub(crate) fn with_handle<R>(
         &self,
         handle: u64,

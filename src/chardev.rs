@@ -329,16 +329,15 @@ fn dma_map(ctx: &Context, user: UserSlice) -> Result {
     let peer = sys::pci_device(d.pci_domain, d.pci_bus, d.pci_devfn).ok_or(ENODEV)?;
     // The window's addresses come from the mapping this call made or found, not from a
     // second lookup: a peer unbound in between would have taken that mapping away (-ENOENT).
-    let (all, first, n) = ctx.with_handle(d.handle, |region, window| {
+    let (all, window, range) = ctx.with_handle(d.handle, |region, window| {
         if d.count < window.page_count() {
             return Err(ENOSPC);
         }
         let all = region.pinned().dma_map(&peer)?;
-        let first = window.first_page_in(region.pinned().range());
-        Ok((all, first, window.page_count() as usize))
+        Ok((all, *window, *region.pinned().range()))
     })?;
-    write_addresses(d.addrs, all.get(first..first + n).ok_or(EINVAL)?)?;
-    d.count = n as u32;
+    write_addresses(d.addrs, window.pages_of(&range, &all)?)?;
+    d.count = window.page_count();
     writer.write(&d)
 }
 

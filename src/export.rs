@@ -215,9 +215,7 @@ impl Exporter for Export {
         if self.shared.state.lock().revoked {
             return Err(ENXIO);
         }
-        let addrs = self
-            .region
-            .window_addresses(&self.window, Some(dma.peer()))?;
+        let addrs = self.region.window_dma_addresses(&self.window, dma.peer())?;
         segments(&addrs)
     }
 

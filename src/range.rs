@@ -92,6 +92,19 @@ impl GpuRange {
     pub(crate) fn first_page_in(&self, region: &GpuRange) -> usize {
         ((self.start() - region.start()) >> GPU_PAGE_SHIFT) as usize
     }
+
+    /// The entries of `self`'s pages in `per_page`, an array of one entry per page of
+    /// `region`: -EINVAL unless `region` contains `self` and the array holds its pages.
+    pub(crate) fn pages_of<'a, T>(&self, region: &GpuRange, per_page: &'a [T]) -> Result<&'a [T]> {
+        if !region.contains(self) {
+            return Err(EINVAL);
+        }
+        let first = self.first_page_in(region);
+        let end = first
+            .checked_add(self.page_count() as usize)
+            .ok_or(EINVAL)?;
+        per_page.get(first..end).ok_or(EINVAL)
+    }
 }
 
 #[kunit_tests(gdrpeer_range)]

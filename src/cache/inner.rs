@@ -132,7 +132,7 @@ impl Inner {
         let replaced = match self.overlapping(region.pinned.range()) {
             Ok(replaced) => replaced,
             Err(e) => {
-                // Pinned but in no tree and no account yet: give it back at once.
+                // Pinned but in no index and no account yet: give it back at once.
                 self.release(region);
                 return Err(e);
             }

@@ -418,17 +418,17 @@ impl Region {
         }
     }
 
-    /// The addresses of `window`'s pages, which lie in this region: their bus addresses, or
-    /// `peer`'s DMA addresses once the region is mapped for it. Both front-ends give these
-    /// to their callers.
-    pub(crate) fn window_addresses(
+    /// `peer`'s DMA addresses of `window`'s pages, which lie in this region, copied from
+    /// the region's mapping for `peer`: -ENXIO unless the region is pinned now, -ENOENT
+    /// unless it is mapped for `peer`.
+    pub(crate) fn window_dma_addresses(
         &self,
         window: &GpuRange,
-        peer: Option<&pci::Device>,
+        peer: &pci::Device,
     ) -> Result<KVVec<u64>> {
         let mut addrs = KVVec::with_capacity(window.page_count() as usize, GFP_KERNEL)?;
         let first = window.first_page_in(self.pinned.range());
-        self.pinned.copy_addresses(peer, first, &mut addrs)?;
+        self.pinned.copy_addresses(Some(peer), first, &mut addrs)?;
         Ok(addrs)
     }
 
@@ -477,15 +477,7 @@ impl DmaUse {
     /// own array, in place, which stays readable while this lives (also after the mapping
     /// went with a revocation: the values are then stale). -EINVAL beyond the region.
     pub(crate) fn window_addresses(&self, window: &GpuRange) -> Result<&[u64]> {
-        let range = self.region.pinned.range();
-        if !range.contains(window) {
-            return Err(EINVAL);
-        }
-        let first = window.first_page_in(range);
-        let end = first
-            .checked_add(window.page_count() as usize)
-            .ok_or(EINVAL)?;
-        self.addresses.get(first..end).ok_or(EINVAL)
+        window.pages_of(self.region.pinned.range(), &self.addresses)
     }
 }
 

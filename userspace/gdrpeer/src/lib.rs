@@ -121,14 +121,22 @@ impl Mapping {
     /// Unmaps the mapping now, with munmap(2)'s error if it fails (a drop ignores it). In a
     /// forked child, where the mapping is not, it unmaps nothing.
     pub fn unmap(self) -> Result<(), Error> {
-        let m = ManuallyDrop::new(self);
-        if rustix::process::getpid() != m.owner {
+        // Never dropped: unmapped here alone.
+        ManuallyDrop::new(self)
+            .munmap()
+            .map_err(|errno| Error::ioctl(Op::Munmap, errno))
+    }
+
+    /// munmap(2) of the mapping, in the process it belongs to (in a forked child, nothing).
+    /// Called once, by `unmap` or the drop.
+    fn munmap(&self) -> rustix::io::Result<()> {
+        if rustix::process::getpid() != self.owner {
+            // A forked child's copy: the mapping is the parent's alone.
             return Ok(());
         }
         // SAFETY: the mapping is this process's (Device::map, or from_raw's contract), and
-        // unmapped only here: `m` is never dropped.
-        unsafe { rustix::mm::munmap(m.ptr.cast(), m.len) }
-            .map_err(|errno| Error::ioctl(Op::Munmap, errno))
+        // its one unmap is this (the caller's contract).
+        unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) }
     }
 
     /// The first byte of the mapping.
@@ -173,12 +181,7 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if rustix::process::getpid() != self.owner {
-            // A forked child's copy: the mapping is the parent's alone.
-            return;
-        }
-        // SAFETY: the mapping is this process's (Device::map) and unmapped only here.
-        let _ = unsafe { rustix::mm::munmap(self.ptr.cast(), self.len) };
+        let _ = self.munmap();
     }
 }
 

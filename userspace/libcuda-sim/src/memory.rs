@@ -11,7 +11,8 @@
 //! Copies and memsets to device memory may return before they complete, as CUDA's
 //! "synchronous" ones may ("API synchronization behavior": a copy from pageable host memory
 //! returns once the source is staged, device to device and memsets are asynchronous to the
-//! host; a copy from page-locked host memory, `cuMemAllocHost`'s, is synchronous): unless the destination has SYNC_MEMOPS (its attribute, or its context's
+//! host; a copy from page-locked host memory, `cuMemAllocHost`'s, is synchronous): unless
+//! the destination has SYNC_MEMOPS (its attribute, or its context's
 //! `CU_CTX_SYNC_MEMOPS`), such a write is held ([`LATE`]) and reaches nvsim's memory, the
 //! memory a peer reads through a pin, only at the next synchronization: `cuCtxSynchronize`,
 //! any later copy or memset (they are ordered after it, and a copy to the host returns
