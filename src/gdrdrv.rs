@@ -305,12 +305,12 @@ impl MiscDevice for GdrdrvFile {
         match cmd {
             IOC_PIN_BUFFER => me.pin_ioctl(file, arg, |p: &mut PinBuffer| me.pin_buffer(p)),
             IOC_PIN_BUFFER_V2 => me.pin_ioctl(file, arg, |p: &mut PinBufferV2| me.pin_buffer_v2(p)),
-            IOC_UNPIN_BUFFER => update(arg, |u: &mut UnpinBuffer| me.unpin(file, u.handle)),
+            IOC_UNPIN_BUFFER => input(arg, |u: &UnpinBuffer| me.unpin(file, u.handle)),
             IOC_GET_CB_FLAG => update(arg, |c: &mut GetCbFlag| me.get_cb_flag(c)),
             IOC_GET_INFO => update(arg, |i: &mut GetInfo| me.get_info(i)),
             IOC_GET_INFO_V2 => update(arg, |i: &mut GetInfoV2| me.get_info_v2(i)),
             IOC_GET_ATTR => update(arg, get_attr),
-            IOC_REQ_MAPPING_TYPE => update(arg, |r: &mut ReqMappingType| me.req_mapping_type(r)),
+            IOC_REQ_MAPPING_TYPE => input(arg, |r: &ReqMappingType| me.req_mapping_type(r)),
             IOC_GET_VERSION => update(arg, get_version),
             _ => Err(ENOTTY),
         }
@@ -492,6 +492,16 @@ fn get_version(v: &mut GetVersion) -> Result {
     v.gdrdrv_version = abi::GDRDRV_VERSION;
     v.minimum_gdr_api_version = abi::GDRDRV_MINIMUM_GDR_API_VERSION;
     Ok(())
+}
+
+/// Runs an ioctl that only reads its argument struct (whatever size the command encodes), as
+/// gdrdrv reads UNPIN's and REQ_MAPPING_TYPE's: nothing is written back, so an argument in
+/// read-only memory does not turn a change already made into -EFAULT.
+fn input<T: FromBytes>(arg: UserPtr, f: impl FnOnce(&T) -> Result) -> Result {
+    let v: T = UserSlice::new(arg, core::mem::size_of::<T>())
+        .reader()
+        .read()?;
+    f(&v)
 }
 
 /// Runs an ioctl on its argument struct: reads the whole struct (whatever size the command

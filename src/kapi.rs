@@ -184,16 +184,20 @@ impl KapiMr {
     }
 
     /// Registers `invalidate` for `window` on the region, where the parked registration
-    /// (unregistered) serves the pin: `peer`'s, `window` in the region, the region not revoked
-    /// (the notifier's registration says so). Counts a cache hit. Gives the registration back
-    /// where it cannot be reused.
+    /// (unregistered) serves the pin: `peer`'s, `window` in the region, its mapping still
+    /// there (a peer's unbind or removal gives it back under the parked registration, whose
+    /// addresses are then stale), the region not revoked (the notifier's registration says
+    /// so). Counts a cache hit. Gives the registration back where it cannot be reused.
     fn reuse(
         mut mr: KBox<Self>,
         peer: &pci::Device,
         window: GpuRange,
         invalidate: Invalidate,
     ) -> core::result::Result<KBox<Self>, KBox<Self>> {
-        if !core::ptr::eq(mr.dma.peer(), peer) || mr.dma.window_addresses(&window).is_err() {
+        if !core::ptr::eq(mr.dma.peer(), peer)
+            || mr.dma.window_addresses(&window).is_err()
+            || !mr.dma.is_mapped()
+        {
             return Err(mr);
         }
         mr.window = window;

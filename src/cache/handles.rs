@@ -29,35 +29,57 @@ pub(super) fn page_offset_span(window: &GpuRange) -> u64 {
     (window.len() >> PAGE_SHIFT).max(1)
 }
 
-/// A [`Numbering::PageOffsets`] handle for a window of `span` pages below `limit`: `next`,
-/// the number after the last one given, while `span` pages from it fit below `limit`; else
-/// the first number from 0 followed by `span` pages that no live handle takes (`live`: the
-/// live handles and their spans, in ascending order); `None` when there is no such room.
+/// A [`Numbering::PageOffsets`] handle for a window of `span` pages below `limit`: the first
+/// number from `next` (the number after the last one given) followed by `span` pages that no
+/// live handle takes (`live`: the live handles and their spans, in ascending order), else the
+/// first such number from 0; `None` when there is no such room. Numbers thus go on rising
+/// past the live handles, also once they turned: a number just unpinned is not given again
+/// while others are free.
+///
+/// Walks every live handle: the caller takes `next` itself while no live handle lies at or
+/// after it ([`page_offset_next_is_free`]), as before the numbers first turn.
 pub(super) fn page_offset_handle(
     next: u64,
     span: u64,
     live: impl Iterator<Item = (u64, u64)>,
     limit: u64,
 ) -> Option<u64> {
-    if limit.checked_sub(next).is_some_and(|room| room >= span) {
-        return Some(next);
-    }
+    let fits = |at: u64, end: u64| end.checked_sub(at).is_some_and(|room| room >= span);
+    let mut first = None;
     let mut free = 0;
     for (handle, taken) in live {
-        if handle - free >= span {
-            return Some(free);
+        if first.is_none() && fits(free, handle) {
+            first = Some(free);
         }
-        free = handle + taken;
+        let at = free.max(next);
+        if fits(at, handle) {
+            return Some(at);
+        }
+        free = handle.saturating_add(taken);
     }
-    limit
-        .checked_sub(free)
-        .is_some_and(|room| room >= span)
-        .then_some(free)
+    let at = free.max(next);
+    if fits(at, limit) {
+        return Some(at);
+    }
+    first.or_else(|| fits(free, limit).then_some(free))
+}
+
+/// Whether `next` is a free [`Numbering::PageOffsets`] handle for `span` pages below `limit`
+/// that rises past every live one: `last`, the highest live handle and its span, ends at or
+/// before it.
+pub(super) fn page_offset_next_is_free(
+    next: u64,
+    span: u64,
+    last: Option<(u64, u64)>,
+    limit: u64,
+) -> bool {
+    limit.checked_sub(next).is_some_and(|room| room >= span)
+        && last.is_none_or(|(handle, taken)| handle.saturating_add(taken) <= next)
 }
 
 #[kernel::prelude::kunit_tests(gdrpeer_handles)]
 mod tests {
-    use super::page_offset_handle;
+    use super::{page_offset_handle, page_offset_next_is_free};
 
     /// `page_offset_handle` with live handles `live` ((handle, span), ascending).
     fn handle(next: u64, span: u64, live: &[(u64, u64)], limit: u64) -> Option<u64> {
@@ -82,6 +104,26 @@ mod tests {
         assert_eq!(handle(95, 8, &[(0, 90)], 100), Some(90));
         // Every live handle unpinned: from 0 again.
         assert_eq!(handle(99, 16, &[], 100), Some(0));
+    }
+
+    #[test]
+    fn turned_numbers_skip_live_handles() {
+        // Turned into the room before a live handle: the next number is past it, not its.
+        assert_eq!(handle(16, 16, &[(16, 16), (60, 30)], 100), Some(32));
+        // From `next` on first, then from 0.
+        assert_eq!(handle(40, 16, &[(0, 10), (30, 5)], 100), Some(40));
+        assert_eq!(handle(40, 16, &[(20, 10), (50, 45)], 100), Some(0));
+        // A live handle that begins before `next` and covers it.
+        assert_eq!(handle(20, 8, &[(10, 20)], 100), Some(30));
+    }
+
+    #[test]
+    fn next_is_free_past_the_last_live_handle() {
+        assert!(page_offset_next_is_free(16, 16, None, 100));
+        assert!(page_offset_next_is_free(32, 16, Some((16, 16)), 100));
+        assert!(!page_offset_next_is_free(16, 16, Some((16, 16)), 100));
+        assert!(!page_offset_next_is_free(16, 16, Some((60, 30)), 100));
+        assert!(!page_offset_next_is_free(90, 16, None, 100));
     }
 
     #[test]

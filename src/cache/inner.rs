@@ -12,7 +12,10 @@ use kernel::{
 };
 
 use super::{
-    handles::{page_offset_handle, page_offset_span, Numbering, PAGE_OFFSET_HANDLES},
+    handles::{
+        page_offset_handle, page_offset_next_is_free, page_offset_span, Numbering,
+        PAGE_OFFSET_HANDLES,
+    },
     index::Index,
     Handle, Region,
 };
@@ -221,15 +224,26 @@ impl Inner {
     pub(super) fn new_handle(&mut self, window: &GpuRange) -> Result<u64> {
         let handle = match self.numbering {
             Numbering::Counted => self.next_handle,
-            Numbering::PageOffsets => page_offset_handle(
-                self.next_handle,
-                page_offset_span(window),
-                self.handles
-                    .iter()
-                    .map(|(&h, handle)| (h, page_offset_span(&handle.window))),
-                PAGE_OFFSET_HANDLES,
-            )
-            .ok_or(ENOMEM)?,
+            Numbering::PageOffsets => {
+                let span = page_offset_span(window);
+                let last = self.handles.cursor_back().map(|c| {
+                    let (&h, handle) = c.current();
+                    (h, page_offset_span(&handle.window))
+                });
+                if page_offset_next_is_free(self.next_handle, span, last, PAGE_OFFSET_HANDLES) {
+                    self.next_handle
+                } else {
+                    page_offset_handle(
+                        self.next_handle,
+                        span,
+                        self.handles
+                            .iter()
+                            .map(|(&h, handle)| (h, page_offset_span(&handle.window))),
+                        PAGE_OFFSET_HANDLES,
+                    )
+                    .ok_or(ENOMEM)?
+                }
+            }
         };
         self.next_handle = match self.numbering {
             Numbering::Counted => handle + 1,

@@ -473,6 +473,13 @@ impl DmaUse {
         &self.region
     }
 
+    /// Whether its mapping is still there: not once the region was given back or revoked, or
+    /// the peer went ([`crate::nv_p2p::PinEnv::peer_gone`]), each of which unmaps it under
+    /// the use, whose addresses are then stale.
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.region.pinned.is_mapped(&self.peer, &self.addresses)
+    }
+
     /// The peer's DMA addresses of `window`'s pages, which lie in the region: the mapping's
     /// own array, in place, which stays readable while this lives (also after the mapping
     /// went with a revocation: the values are then stale). -EINVAL beyond the region.

@@ -150,8 +150,8 @@ struct State {
     /// DMA mappings, by `struct pci_dev` address of the peer (each holds its peer).
     /// While it is not empty, the pin is listed in [`PinEnv::mapped`].
     maps: RBTree<usize, PeerMap>,
-    /// Keeps gdrpeer loaded while NVIDIA can still call back into it (none taken until a
-    /// callback pin is made).
+    /// Keeps gdrpeer loaded while NVIDIA can still call back into it: a callback pin's, taken
+    /// before its get_pages, given back once its put_pages succeeded.
     module: ModuleRef,
 }
 
@@ -586,9 +586,15 @@ impl Pinned {
         let this = owner.pinned();
         let module = ModuleRef::get(module)?;
         this.begin_pin()?;
+        if this.kind == PinKind::Callback {
+            // Kept from before get_pages: whatever comes after it (a table refused whose
+            // put_pages fails, no table at all) may leave NVIDIA a callback into this module,
+            // which must then stay loaded until the callback has come.
+            this.state.lock().module = module;
+        }
         Self::get_pages(owner)?;
         let read = this.read_table();
-        Self::finish_pin(owner, read, module)
+        Self::finish_pin(owner, read)
     }
 
     /// `New` to `Pinning`: -EBUSY for a pin made (or being made) already.
@@ -690,11 +696,7 @@ impl Pinned {
 
     /// `Pinning` to `Valid` with what [`Pinned::read_table`] read; a table it could not read
     /// is given back at once.
-    fn finish_pin<T: PinOwner>(
-        owner: &Arc<T>,
-        read: Result<TableRead>,
-        module: ModuleRef,
-    ) -> Result {
+    fn finish_pin<T: PinOwner>(owner: &Arc<T>, read: Result<TableRead>) -> Result {
         let this = owner.pinned();
         let mut s = this.state.lock();
         match read {
@@ -703,9 +705,6 @@ impl Pinned {
                 s.addresses = Some(read.addresses);
                 // Pairs with the readers' acquire loads.
                 this.cpu_cacheable.store(read.cacheable, atomic::Release);
-                if this.kind == PinKind::Callback {
-                    s.module = module;
-                }
                 Ok(())
             }
             // The callback ran while we were pinning: the table is gone already.
@@ -880,6 +879,14 @@ impl Pinned {
         // SAFETY: the table is live while access is held, and passed check_table when the
         // pin was made.
         Ok(unsafe { table_gpu(access.table()) })
+    }
+
+    /// Whether the use [`Pinned::dma_map`] counted for `peer`, which returned `addresses`, still
+    /// has its mapping: false once the pin was given back or revoked or the peer went
+    /// ([`PinEnv::peer_gone`]), which unmapped it under the use.
+    pub(crate) fn is_mapped(&self, peer: &pci::Device, addresses: &Arc<KVVec<u64>>) -> bool {
+        let key = sys::pci_dev_ptr(peer) as usize;
+        counted(&mut self.state.lock(), key, addresses).is_some()
     }
 
     /// Ends a use that [`Pinned::dma_map`] counted for `peer`, which returned `addresses`. The

@@ -117,6 +117,13 @@ struct gdrnic_file {
 	struct xarray mrs;
 	/* A registration's memory kept for the next (gdrnic_mr_alloc), or NULL. */
 	struct gdrnic_mr *spare;
+	/*
+	 * The device REG registers for: the NIC's own, or, with the knob
+	 * reg_peer set at open, another function of its bus, held until the
+	 * file's release (a driver of a multi-function NIC registering for its
+	 * other functions; REG only: no transfer uses the addresses).
+	 */
+	struct pci_dev *peer;
 };
 
 struct gdrnic_mr {
@@ -154,11 +161,14 @@ static struct {
  * Test knobs: extra milliseconds the invalidate callback takes; whether it
  * takes the file's lock, the AB-BA that lockdep must report; whether the
  * device's removal leaves the open files' registrations and contexts to
- * their close, as a driver with that bug would.
+ * their close, as a driver with that bug would; the function (devfn + 1, 0:
+ * the NIC itself) on the NIC's bus that files opened from now on register
+ * for.
  */
 static u32 gdrnic_invalidate_delay_ms;
 static bool gdrnic_invalidate_takes_file_lock;
 static bool gdrnic_remove_leaves_files;
+static u32 gdrnic_reg_peer;
 static struct dentry *gdrnic_dir;
 
 static void gdrnic_dev_release(struct kref *ref)
@@ -441,8 +451,7 @@ static long gdrnic_reg(struct gdrnic_file *f, void __user *uarg)
 		gdrnic_mr_free(f, m);
 		return -ENODEV;
 	}
-	m->mr = gdrpeer_mr_pin(f->ctx, f->nic->pdev, a.va, a.len, gdrnic_invalidate, m,
-			       &m->info);
+	m->mr = gdrpeer_mr_pin(f->ctx, f->peer, a.va, a.len, gdrnic_invalidate, m, &m->info);
 	if (IS_ERR(m->mr)) {
 		ret = PTR_ERR(m->mr);
 		mutex_unlock(&f->lock);
@@ -1616,6 +1625,7 @@ static int gdrnic_open(struct inode *inode, struct file *file)
 	struct gdrnic_dev *nic = container_of(file->private_data, struct gdrnic_dev, misc);
 	struct gdrnic_file *f;
 	int ret = -ENODEV;
+	u32 devfn;
 
 	down_read(&nic->remove_sem);
 	if (nic->removed)
@@ -1630,6 +1640,18 @@ static int gdrnic_open(struct inode *inode, struct file *file)
 		ret = PTR_ERR(f->ctx);
 		kfree(f);
 		goto out;
+	}
+	devfn = READ_ONCE(gdrnic_reg_peer);
+	if (devfn) {
+		f->peer = pci_get_slot(nic->pdev->bus, devfn - 1);
+		if (!f->peer) {
+			ret = -ENODEV;
+			gdrpeer_ctx_destroy(f->ctx);
+			kfree(f);
+			goto out;
+		}
+	} else {
+		f->peer = pci_dev_get(nic->pdev);
 	}
 	f->owner = get_pid(task_tgid(current));
 	mutex_init(&f->lock);
@@ -1657,6 +1679,7 @@ static int gdrnic_release(struct inode *inode, struct file *file)
 	gdrnic_file_empty(f);
 	xa_destroy(&f->mrs);
 	kfree(f->spare);
+	pci_dev_put(f->peer);
 	put_pid(f->owner);
 	kref_put(&f->nic->ref, gdrnic_dev_release);
 	mutex_destroy(&f->lock);
@@ -1816,6 +1839,7 @@ static int __init gdrnic_init(void)
 			    &gdrnic_invalidate_takes_file_lock);
 	debugfs_create_bool("remove_leaves_files", 0600, gdrnic_dir,
 			    &gdrnic_remove_leaves_files);
+	debugfs_create_u32("reg_peer", 0600, gdrnic_dir, &gdrnic_reg_peer);
 	ret = pci_register_driver(&gdrnic_driver);
 	if (ret)
 		debugfs_remove_recursive(gdrnic_dir);

@@ -1679,8 +1679,11 @@ static struct nvsim_space *nvsim_space_get(pid_t tgid)
 	return s;
 }
 
-/* First fit in @s from NVSIM_VA_BASE: a freed range is handed out again. */
-static u64 nvsim_va_fit(struct nvsim_space *s, u64 bytes)
+/*
+ * First fit in @s from NVSIM_VA_BASE, at a multiple of @align: a freed range is
+ * handed out again.
+ */
+static u64 nvsim_va_fit(struct nvsim_space *s, u64 bytes, u64 align)
 {
 	struct nvsim_alloc *a;
 	u64 cand = NVSIM_VA_BASE;
@@ -1688,7 +1691,7 @@ static u64 nvsim_va_fit(struct nvsim_space *s, u64 bytes)
 	list_for_each_entry(a, &s->allocs, node) {
 		if (cand + bytes <= a->va)
 			break;
-		cand = a->va + ((u64)a->npages << GPU_PAGE_SHIFT);
+		cand = round_up(a->va + ((u64)a->npages << GPU_PAGE_SHIFT), align);
 	}
 	return cand;
 }
@@ -1785,7 +1788,14 @@ static struct nvsim_alloc *nvsim_alloc_new(struct nvsim_file *f, u64 size)
 	}
 	a->npages = npages;
 	a->size = size;
-	a->va = nvsim_va_fit(s, npages << GPU_PAGE_SHIFT);
+	/*
+	 * CUDA maps device memory in 2 MiB pieces: a pool block, and an
+	 * allocation from 2 MiB up, start on a 2 MiB boundary (tests/cuda-trace,
+	 * "ranges"). Smaller allocations of their own (no such thing in CUDA)
+	 * on a 64 KiB one.
+	 */
+	a->va = nvsim_va_fit(s, npages << GPU_PAGE_SHIFT,
+			     size >= NVSIM_POOL_BLOCK ? NVSIM_POOL_BLOCK : GPU_PAGE_SIZE);
 	nvsim_alloc_insert(f, s, a);
 	return a;
 }

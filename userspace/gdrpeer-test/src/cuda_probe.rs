@@ -446,6 +446,18 @@ fn ranges(p: &Probe) {
         p.free(b);
         p.free(a);
     }
+    // Where allocations land behind one whose size is no multiple of 2 MiB: still on a
+    // 2 MiB boundary (a pool block of small buffers, a large allocation)?
+    let odd = p.must_alloc(M2 + 1);
+    for size in [4096, M2] {
+        let a = p.must_alloc(size);
+        p.say(
+            &format!("after-{}.{size}.base-alignment", M2 + 1),
+            alignment(a),
+        );
+        p.free(a);
+    }
+    p.free(odd);
     p.either("null", p.range(0), |_| "answered".into());
     let local = 0u8;
     p.either("host-stack", p.range(&local as *const u8 as u64), |_| {

@@ -956,6 +956,87 @@ fn peer_removed_under_registrations() -> TestResult {
     Ok(())
 }
 
+/// A function on edu's bus that no test uses: QEMU's network card (PCI class 0x02; a guest
+/// whose root loads its driver has it bound, which its removal unbinds), `None` where there
+/// is none.
+fn spare_function(edu: PciAddress) -> Result<Option<PciAddress>, String> {
+    for entry in std::fs::read_dir("/sys/bus/pci/devices").map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Ok(addr) = name.parse::<PciAddress>() else {
+            continue;
+        };
+        let class = std::fs::read_to_string(path.join("class")).unwrap_or_default();
+        if addr.bus == edu.bus && addr != edu && class.trim().starts_with("0x02") {
+            return Ok(Some(addr));
+        }
+    }
+    Ok(None)
+}
+
+/// A kernel-API registration kept for reuse past its unpin (parked) must not hand its
+/// addresses out again once its peer went. gdrnic registers for another function of its bus
+/// (knob `reg_peer`, as a driver of a multi-function NIC would, holding the function), parks
+/// a registration, and the function is removed from the system: gdrpeer unmaps what it
+/// mapped for it, the parked registration's mapping too. The next registration of the same
+/// memory for that function is -ENODEV, as for any removed peer. Before, it reused the parked
+/// registration and handed out the addresses just unmapped (behind an IOMMU, IOVAs free for
+/// reuse by anything).
+fn kept_registration_after_its_peer_went() -> TestResult {
+    if param("dma_map_keep")? == 0 {
+        return Err(format!(
+            "{SKIP}needs dma_map_keep=1, which parks a registration"
+        ));
+    }
+    let edu = edu()?;
+    let Some(other) = spare_function(edu)? else {
+        return Err(format!(
+            "{SKIP}needs a function on edu's bus without a driver"
+        ));
+    };
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    const KNOB: &str = "/sys/kernel/debug/gdrnic/reg_peer";
+    let write =
+        |path: &str, what: String| std::fs::write(path, what).map_err(|e| format!("{path}: {e}"));
+    write(KNOB, (u32::from(other.devfn) + 1).to_string())?;
+    let n = nic();
+    write(KNOB, "0".into())?;
+    let n = n?;
+    let mr = n.reg(va, K64).map_err(errno)?;
+    n.dereg(mr.handle).map_err(errno)?;
+    check_eq!(
+        dma_counters()?,
+        (1, 1),
+        "DMA-mapped pages and holds: the parked registration's"
+    );
+    write(&format!("/sys/bus/pci/devices/{other}/remove"), "1".into())?;
+    let result = (|| {
+        check_eq!(
+            dma_counters()?,
+            (0, 0),
+            "DMA-mapped pages and holds once the function was removed"
+        );
+        expect_err(
+            n.reg(va, K64),
+            Errno::NODEV,
+            "registration for the removed function, a registration of it parked",
+        )?;
+        check_eq!(
+            dma_counters()?,
+            (0, 0),
+            "DMA-mapped pages and holds after the refused registration"
+        );
+        Ok(())
+    })();
+    drop(n);
+    write("/sys/bus/pci/rescan", "1".into())?;
+    eventually(5, "the removed function back", || {
+        Ok(std::path::Path::new(&format!("/sys/bus/pci/devices/{other}")).exists())
+    })?;
+    result
+}
+
 /// What gdrpeer mapped for a peer outside the peer driver's contexts is given back when the
 /// peer's driver leaves it, as `how` says (an unbind, or the device's removal): a handle of
 /// /dev/gdrpeer mapped for edu (DMA_MAP, whose use lasts until the handle's unpin), and a
@@ -1742,6 +1823,10 @@ pub const TESTS: &[harness::Test] = &[
     (
         "gdrnic-dma-map-import-left-past-remove",
         import_left_past_remove,
+    ),
+    (
+        "gdrnic-dma-map-kept-registration-after-its-peer-went",
+        kept_registration_after_its_peer_went,
     ),
     (
         "gdrnic-dma-map-racing-peer-removal",

@@ -433,6 +433,24 @@ fn buffer_id_tag() -> TestResult {
     Ok(())
 }
 
+/// Where cuMemAlloc puts memory: a pool block of small buffers and an allocation from 2 MiB up
+/// each start on a 2 MiB boundary, also behind an allocation whose size is no multiple of
+/// 2 MiB (every base of the record is 2 MiB aligned: `tests/cuda-trace`, "ranges"). A cache
+/// that pins what MAPPING_BASE_ADDR and MAPPING_SIZE name relies on it.
+fn allocations_on_2mib_boundaries() -> TestResult {
+    const M2: usize = 2 << 20;
+    let _odd = DevMem::new(M2 + 1)?;
+    for size in [4096, K64 as usize, M2, 5 * M2 + 12345] {
+        let m = DevMem::new(size)?;
+        check!(
+            m.p % M2 as u64 == 0,
+            "an allocation of {size} bytes behind one of 2 MiB + 1 starts at {:#x}, off a 2 MiB boundary",
+            m.p
+        );
+    }
+    Ok(())
+}
+
 /// The allocation's range and SYNC_MEMOPS, as the cache uses them.
 fn address_range_and_sync_memops() -> TestResult {
     let cu = cu();
@@ -485,6 +503,10 @@ pub const TESTS: &[harness::Test] = &[
         "cuda-regcache-over-vmm-memory",
         crate::vmm::regcache_over_vmm_memory,
     ),
+    (
+        "cuda-allocations-on-2mib-boundaries",
+        allocations_on_2mib_boundaries,
+    ),
 ];
 
 /// The scenarios that need CUDA alone.
@@ -493,5 +515,9 @@ pub const CUDA_ONLY: &[harness::Test] = &[
     (
         "cuda-address-range-and-sync-memops",
         address_range_and_sync_memops,
+    ),
+    (
+        "cuda-allocations-on-2mib-boundaries",
+        allocations_on_2mib_boundaries,
     ),
 ];

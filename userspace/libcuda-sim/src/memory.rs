@@ -258,7 +258,8 @@ fn alloc_flags(size: usize, suballocate: bool) -> u32 {
 /// `cuMemAlloc_v2`: GPU memory from nvsim. Below 2 MiB, a buffer 256-byte aligned (CUDA's
 /// guarantee) in a 2 MiB pool block that other small buffers share, so that buffers share
 /// 64 KiB pages (`LIBCUDA_SIM_SUBALLOC=0`: an allocation of its own, 64 KiB aligned); from
-/// 2 MiB up, an allocation of its own, 64 KiB aligned.
+/// 2 MiB up, an allocation of its own. Pool blocks and allocations from 2 MiB up start on a
+/// 2 MiB boundary, as CUDA's do (`tests/cuda-trace`, "ranges").
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CUresult {
     if size == 0 {

@@ -418,6 +418,8 @@ fn put_pages_failure_leaves_the_pin_to_the_callback() -> TestResult {
         1,
         "regions left for the callback"
     );
+    // With the file closed, which holds the module too.
+    drop(d);
     check!(
         !rmmod_gdrpeer()?,
         "rmmod succeeded with a pin NVIDIA can still call back"
@@ -429,7 +431,6 @@ fn put_pages_failure_leaves_the_pin_to_the_callback() -> TestResult {
         (0, 0),
         "regions left for the callback, regions, after the free"
     );
-    drop(d);
     gdrpeer_idle()
 }
 

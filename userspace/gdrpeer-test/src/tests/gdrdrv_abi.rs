@@ -15,7 +15,7 @@ use gdrpeer::gdrdrv::{self as lib, Gdrdrv};
 use nvsim::testing::{self as harness, debugfs, errno, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{
-    fd::{AsFd, BorrowedFd, OwnedFd},
+    fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     fs::{open, Mode, OFlags},
     io::Errno,
     mm::{munmap, MapFlags},
@@ -300,19 +300,28 @@ fn gdrdrv_handles_fit_32_bits() -> TestResult {
     Ok(())
 }
 
-/// Past the top of the 32-bit handles a pin takes the room of unpinned ones: pins and
-/// unpins of 192 MiB (most of nvsim's 256 MiB BAR, so that the numbers run out after 2^32 /
-/// 49,152 pages, about 87,000 pins) while a 64 KiB pin and a 128 KiB pin stay held; every
-/// handle stays below 2^32, none overlaps the held ones, and pins after the turn map their
-/// own memory. (KUnit's `gdrpeer_handles` checks the choice of room case by case.)
-fn gdrdrv_handles_reuse_room_past_2_32() -> TestResult {
-    const BIG: u64 = 192 << 20;
+/// The 192 MiB pins of the tests past 2^32.
+const BIG: u64 = 192 << 20;
+
+/// What the tests past 2^32 start from: 192 MiB and 192 KiB of GPU memory (addresses), and
+/// /dev/gdrdrv open.
+fn numbers_past_2_32() -> Result<(Gpu, u64, u64, Gdrdrv), String> {
     let gpu = Gpu::open().map_err(errno)?;
     let (big, _) = gpu
         .alloc(BIG)
         .map_err(|e| format!("allocating 192 MiB: {e}"))?;
     let (small, _) = gpu.alloc(3 * K64).map_err(errno)?;
     let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    Ok((gpu, big, small, g))
+}
+
+/// Past the top of the 32-bit handles a pin takes the room of unpinned ones: pins and
+/// unpins of 192 MiB (most of nvsim's 256 MiB BAR, so that the numbers run out after 2^32 /
+/// 49,152 pages, about 87,000 pins) while a 64 KiB pin and a 128 KiB pin stay held; every
+/// handle stays below 2^32, none overlaps the held ones, and pins after the turn map their
+/// own memory. (KUnit's `gdrpeer_handles` checks the choice of room case by case.)
+fn gdrdrv_handles_reuse_room_past_2_32() -> TestResult {
+    let (gpu, big, small, g) = numbers_past_2_32()?;
     let a = ok(g.pin_v2(small, K64, 0), "PIN_BUFFER_V2 64 KiB")?;
     let b = ok(g.pin_v2(small + K64, 2 * K64, 0), "PIN_BUFFER_V2 128 KiB")?;
     check_eq!((a, b), (0, K64 / PAGE), "the first handles");
@@ -351,6 +360,129 @@ fn gdrdrv_handles_reuse_room_past_2_32() -> TestResult {
     }
     ok(g.unpin(a), "UNPIN_BUFFER")?;
     ok(g.unpin(b), "UNPIN_BUFFER")
+}
+
+/// Once the numbers turned past 2^32 into the room an unpinned handle left before a live one,
+/// the next pin's number goes past the live handle, not onto it. Handle 0 is unpinned and
+/// handle 16 kept; 192 MiB pins use the numbers up, then 64 KiB pins until one turns into the
+/// room of handle 0. The pin after it got 16 before, the live handle's number: its window
+/// replaced the live one's, which GET_INFO_V2 then described, and the live handle's pin was
+/// never given back.
+fn gdrdrv_turned_handles_skip_live_ones() -> TestResult {
+    let (_gpu, big, small, g) = numbers_past_2_32()?;
+    let a = ok(g.pin_v2(small, K64, 0), "PIN_BUFFER_V2 64 KiB")?;
+    let b = ok(g.pin_v2(small + K64, K64, 0), "PIN_BUFFER_V2 64 KiB")?;
+    check_eq!((a, b), (0, K64 / PAGE), "the first handles");
+    ok(g.unpin(a), "UNPIN_BUFFER")?;
+    let (span, small_span) = (BIG / PAGE, K64 / PAGE);
+    let mut last = b;
+    // Up to the top with 192 MiB windows, then 64 KiB ones until the numbers turn.
+    let mut turned = None;
+    for i in 0..(1u64 << 32) / small_span {
+        let (va, len) = if last + 2 * span <= 1 << 32 {
+            (big, BIG)
+        } else {
+            (small + 2 * K64, K64)
+        };
+        let h = ok(g.pin_v2(va, len, 0), "PIN_BUFFER_V2")?;
+        ok(g.unpin(h), "UNPIN_BUFFER")?;
+        if h < last {
+            turned = Some((i, h));
+            break;
+        }
+        last = h;
+    }
+    let Some((i, h)) = turned else {
+        return Err("the numbers never turned".into());
+    };
+    check_eq!(h, a, format!("pin {i}: the handle after the turn"));
+    // Handle 0 is unpinned: the room before b is free again, and the pins after the turn
+    // must step over b.
+    let c = ok(
+        g.pin_v2(small + 2 * K64, K64, 0),
+        "PIN_BUFFER_V2 after the turn",
+    )?;
+    let d = ok(
+        g.pin_v2(small + 2 * K64, K64, 0),
+        "PIN_BUFFER_V2 after the turn",
+    )?;
+    for (what, h) in [("first", c), ("second", d)] {
+        check!(
+            h + small_span <= b || h >= b + small_span,
+            "the {what} pin after the turn got handle {h:#x}, over live handle {b:#x}"
+        );
+    }
+    check!(c != d, "two live pins got one handle, {c:#x}");
+    let info = ok(g.info_v2(b), "GET_INFO_V2 of the live handle")?;
+    check_eq!(info.va, small + K64, "the live handle's window");
+    for h in [c, d, b] {
+        ok(g.unpin(h), "UNPIN_BUFFER")?;
+    }
+    Ok(())
+}
+
+/// The gdrdrv ioctl `opcode` with its argument `arg` copied into a page of its own, read-only
+/// while the call runs: the call's return and errno.
+fn read_only_arg<T: Copy>(
+    fd: BorrowedFd<'_>,
+    opcode: rustix::ioctl::Opcode,
+    arg: T,
+) -> Option<Errno> {
+    use rustix::mm::{mmap_anonymous, mprotect, MprotectFlags, ProtFlags};
+    const LEN: usize = PAGE as usize;
+    // SAFETY: a new anonymous mapping, ours alone, unmapped below.
+    let page = unsafe {
+        mmap_anonymous(
+            std::ptr::null_mut(),
+            LEN,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }
+    .expect("an anonymous page");
+    // SAFETY: the page is writable and large enough for `T`, which is plain data.
+    unsafe { page.cast::<T>().write(arg) };
+    // SAFETY: our page; nothing holds a reference into it.
+    unsafe { mprotect(page, LEN, MprotectFlags::READ) }.expect("mprotect");
+    // SAFETY: `opcode` reads one `T` (and may try to write it back, which faults).
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), opcode as _, page) };
+    let err = (r < 0)
+        .then(|| Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
+    // SAFETY: our mapping, no longer used.
+    unsafe { munmap(page, LEN) }.expect("munmap");
+    err
+}
+
+/// UNPIN and REQ_MAPPING_TYPE only read their argument, as gdrdrv does: in read-only memory
+/// they succeed. They wrote it back, so such a call made its change and then answered
+/// EFAULT (the handle unpinned, a retry EINVAL; the type set).
+fn gdrdrv_read_only_arguments() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+    let req = lib::ReqMappingType {
+        handle: h,
+        mapping_type: lib::MAPPING_TYPE_WC,
+        pad: 0,
+    };
+    check_eq!(
+        read_only_arg(g.as_fd(), lib::IOC_REQ_MAPPING_TYPE, req),
+        None,
+        "REQ_MAPPING_TYPE with a read-only argument"
+    );
+    let unpin = lib::UnpinBuffer { handle: h };
+    check_eq!(
+        read_only_arg(g.as_fd(), lib::IOC_UNPIN_BUFFER, unpin),
+        None,
+        "UNPIN_BUFFER with a read-only argument"
+    );
+    check_eq!(
+        read_only_arg(g.as_fd(), lib::IOC_UNPIN_BUFFER, unpin),
+        Some(Errno::INVAL),
+        "UNPIN_BUFFER of the handle unpinned"
+    );
+    Ok(())
 }
 
 /// REQ_MAPPING_TYPE's answers in gdrdrv's order, and the type each accepted request maps
@@ -554,9 +686,14 @@ pub const TESTS: &[Test] = &[
         gdrdrv_handles_reuse_room_past_2_32,
     ),
     (
+        "gdrdrv-turned-handles-skip-live-ones",
+        gdrdrv_turned_handles_skip_live_ones,
+    ),
+    (
         "gdrdrv-req-mapping-type-answers",
         gdrdrv_req_mapping_type_answers,
     ),
+    ("gdrdrv-read-only-arguments", gdrdrv_read_only_arguments),
     (
         "gdrdrv-mmap-refusals-in-gdrdrv-order",
         gdrdrv_mmap_refusals_in_gdrdrv_order,

@@ -7,9 +7,10 @@
 use crate::doctables;
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    dev, fails, get_pages_into, ok, p2pclient_addresses, param, pin_args, raw_pin, without_rawio,
-    K64,
+    dev, fails, gdrpeer_idle, get_pages_into, ok, p2pclient_addresses, param, pin_args, raw_pin,
+    without_rawio, K64,
 };
+use crate::proc::rmmod_gdrpeer;
 use gdrpeer::{uapi, PinFlags, PinState};
 use nvsim::testing::{errno, stat, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -286,8 +287,30 @@ fn table_version_checked() -> TestResult {
             what
         );
         check_eq!(stat("pins_live")?, 0, "pins after refusing the table");
-        Ok(())
+        refused_table_left_to_the_callback(d, &gpu, va)
     }
+}
+
+/// A refused table whose put_pages fails stays NVIDIA's, with its callback into gdrpeer: the
+/// module must stay loaded, with no file open, until the free calls back. The module
+/// reference was taken only for a table read, so rmmod succeeded and the free called into
+/// the unloaded module.
+fn refused_table_left_to_the_callback(d: gdrpeer::Device, gpu: &Gpu, va: u64) -> TestResult {
+    nvsim::testing::with_debugfs("fail_put_pages", "1 5", "0 0", || {
+        fails(
+            d.pin(va, 2 * K64, PinFlags::empty()),
+            "pin of a refused table",
+        )
+    })?;
+    check_eq!(stat("pins_live")?, 1, "pins NVIDIA still holds");
+    drop(d);
+    check!(
+        !rmmod_gdrpeer()?,
+        "rmmod succeeded, no file open, with a callback NVIDIA can still make"
+    );
+    gpu.free(va).map_err(errno)?;
+    check_eq!(stat("pins_live")?, 0, "pins after the free");
+    gdrpeer_idle()
 }
 
 /// This subject's tests, in the order they run.
