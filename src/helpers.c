@@ -19,6 +19,7 @@
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/scatterlist.h>
+#include <linux/slab.h>
 
 #include "helpers.h"
 
@@ -126,4 +127,30 @@ void gdrpeer_file_set_nowait(struct file *file)
 bool gdrpeer_kiocb_nowait(const struct kiocb *iocb)
 {
 	return iocb->ki_flags & IOCB_NOWAIT;
+}
+
+int gdrpeer_file_own_mapping(struct file *file)
+{
+	struct inode *inode = file_inode(file);
+	struct address_space *mapping;
+
+	mapping = kzalloc_obj(*mapping, GFP_KERNEL);
+	if (!mapping)
+		return -ENOMEM;
+	address_space_init_once(mapping);
+	mapping->host = inode;
+	mapping->a_ops = inode->i_mapping->a_ops;
+	file->f_mapping = mapping;
+	return 0;
+}
+
+void gdrpeer_file_put_mapping(struct file *file)
+{
+	struct address_space *mapping = file->f_mapping;
+	struct inode *inode = file_inode(file);
+
+	if (mapping == inode->i_mapping)
+		return;
+	file->f_mapping = inode->i_mapping;
+	kfree(mapping);
 }

@@ -83,4 +83,17 @@ void gdrpeer_file_set_nowait(struct file *file);
 /* Whether @iocb is IOCB_NOWAIT: the read must fail with -EAGAIN, not wait. */
 bool gdrpeer_kiocb_nowait(const struct kiocb *iocb);
 
+/*
+ * Gives @file, being opened, an address space of its own as its f_mapping:
+ * its vmas join that one's tree, so that unmap_mapping_pages() of the file's
+ * offsets zaps its own mappings only (the handles of two files of one device
+ * have the same offsets). -ENOMEM, or 0.
+ */
+int gdrpeer_file_own_mapping(struct file *file);
+/*
+ * Frees what gdrpeer_file_own_mapping() gave @file, being released (no vma
+ * of it is left: each holds the file), or failing its open.
+ */
+void gdrpeer_file_put_mapping(struct file *file);
+
 #endif

@@ -198,12 +198,23 @@ impl<T: MiscDevice> MiscdeviceVTable<T> {
         // `MiscDeviceRegistration<T>` (the caller's contract); `misc_open` holds the misc
         // device list's mutex, so it cannot be deregistered during the call.
         let misc = unsafe { &*misc_ptr.cast::<MiscDeviceRegistration<T>>() };
+        // An address space of its own, so that the zaps of its handles' offsets reach its
+        // own mappings only (another file's handles have the same offsets).
+        // SAFETY: the file is being opened: nothing has mapped it or reads its `f_mapping`.
+        let ret = unsafe { helpers::gdrpeer_file_own_mapping(raw_file) };
+        if ret != 0 {
+            return ret;
+        }
         // SAFETY: the file is valid for longer than `T::open`, and no fdget_pos region of it
         // is active on this thread (it has no descriptor yet).
         let file = unsafe { File::from_raw_file(raw_file) };
         let ptr = match T::open(file, misc) {
             Ok(ptr) => ptr,
-            Err(err) => return err.to_errno(),
+            Err(err) => {
+                // SAFETY: the open fails: the file is never mapped, and its mapping was ours.
+                unsafe { helpers::gdrpeer_file_put_mapping(raw_file) };
+                return err.to_errno();
+            }
         };
         // INVARIANT: from here to `release`, the private data is `T::Ptr`'s.
         // SAFETY: the open of a file may write its private data.
@@ -225,6 +236,9 @@ impl<T: MiscDevice> MiscdeviceVTable<T> {
         let ptr = unsafe { <T::Ptr as ForeignOwnable>::from_foreign(private) };
         // SAFETY: the file is valid for the call, with no fdget_pos region on this thread.
         T::release(ptr, unsafe { File::from_raw_file(file) });
+        // SAFETY: no vma of the file is left (each holds the file), and `release` is the last
+        // of the file's operations: nothing reads its `f_mapping` from here on.
+        unsafe { helpers::gdrpeer_file_put_mapping(file) };
         0
     }
 

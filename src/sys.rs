@@ -111,6 +111,18 @@ impl ModuleRef {
     }
 }
 
+impl ModuleRef {
+    /// Another reference on the module this one holds (none where it holds none):
+    /// `__module_get`, which needs no check while a reference is held.
+    pub(crate) fn another(&self) -> Self {
+        // SAFETY: `self` holds a reference on the module (type invariant), so it is live and
+        // not being unloaded; `__module_get` ignores NULL.
+        unsafe { bindings::__module_get(self.0) };
+        // INVARIANT: we hold the reference just taken.
+        ModuleRef(self.0)
+    }
+}
+
 impl Drop for ModuleRef {
     fn drop(&mut self) {
         // SAFETY: we hold one reference (type invariant) and give it back once, or the

@@ -1300,8 +1300,14 @@ unsafe extern "C" fn free_callback<T: PinOwner>(data: *mut c_void) {
     // SAFETY: `data` came from `Arc::into_raw` in `Pinned::pin`, and NVIDIA calls back at
     // most once and only while that reference is outstanding (Pinned invariant).
     let owner = unsafe { Arc::from_raw(data.cast::<T>()) };
+    // The pin's reference on the module may go before this call returns: `T::revoked` hands
+    // the owner on, and whoever drops it last (a context reaping it, on another CPU) puts the
+    // reference with it. The call's own keeps the module loaded until then, so that an unload
+    // cannot free the code this call still runs (but its return).
+    let module = owner.pinned().state.lock().module.another();
     Pinned::revoke(&*owner);
     T::revoked(owner);
+    drop(module);
 }
 
 #[kernel::prelude::kunit_tests(gdrpeer_pin)]

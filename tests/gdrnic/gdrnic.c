@@ -20,8 +20,8 @@
  *
  * Locks, in the order they are taken:
  *
- * 0. gdrnic_dev.remove_sem (rw_semaphore): read by every open and ioctl,
- *    written by the device's removal, which so waits for them, then ends
+ * 0. gdrnic_dev.remove_sem (rw_semaphore): read by every open, ioctl and
+ *    release, written by the device's removal, which so waits for them, then ends
  *    every open file's registrations and gdrpeer context, as an RDMA driver's
  *    removal ends its verbs contexts' memory registrations: nothing stays
  *    DMA-mapped for the device once it is unbound. Then gdrnic_dev.files_lock
@@ -1672,11 +1672,17 @@ static int gdrnic_release(struct inode *inode, struct file *file)
 {
 	struct gdrnic_file *f = file->private_data;
 
-	/* No ioctl runs: the last reference to the file is gone. */
+	/*
+	 * No ioctl runs: the last reference to the file is gone. Under
+	 * remove_sem, so that a removal of the device waits for the file's
+	 * registrations to end, as it waits for those it ends itself.
+	 */
+	down_read(&f->nic->remove_sem);
 	mutex_lock(&f->nic->files_lock);
 	list_del(&f->node);
 	mutex_unlock(&f->nic->files_lock);
 	gdrnic_file_empty(f);
+	up_read(&f->nic->remove_sem);
 	xa_destroy(&f->mrs);
 	kfree(f->spare);
 	pci_dev_put(f->peer);

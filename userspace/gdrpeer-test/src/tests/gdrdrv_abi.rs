@@ -300,6 +300,61 @@ fn gdrdrv_handles_fit_32_bits() -> TestResult {
     Ok(())
 }
 
+/// This process's minor page faults so far (`getrusage`).
+fn minor_faults() -> i64 {
+    // SAFETY: `getrusage` fills the `rusage` it is given, which is plain data.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid `rusage` to fill.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    usage.ru_minflt
+}
+
+/// An UNPIN zaps the mappings of its own file only. Two files of the process each pin a
+/// buffer and get handle 0, so their mappings have the same offsets; the first file's
+/// mapping is read whole, then the second file maps and reads its handle 0 and unpins it
+/// mapped (an UNPIN zaps only a mapped handle's offsets), then unmaps it.
+/// Reading the first mapping again takes no page fault. With the device node's one address
+/// space for every file, the second file's UNPIN zapped the first's mapping too, whose 16
+/// pages then faulted again (on a machine of many processes, each unpin sent every process
+/// with a mapping at that offset page-table work and TLB flushes).
+fn gdrdrv_unpin_zaps_its_own_file_only() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(2 * K64).map_err(errno)?;
+    let (y, x) = (
+        ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?,
+        ok(Gdrdrv::open_default(), "open /dev/gdrdrv again")?,
+    );
+    let hy = ok(y.pin_v2(va, K64, 0), "PIN_BUFFER_V2 on the first file")?;
+    let hx = ok(
+        x.pin_v2(va + K64, K64, 0),
+        "PIN_BUFFER_V2 on the second file",
+    )?;
+    check_eq!((hy, hx), (0, 0), "each file's first handle");
+    let my = mmap_memh(y.as_fd(), memh(hy), K64).map_err(|e| format!("mmap: {e}"))?;
+    let pages = (K64 / PAGE) as usize;
+    let touch = |m: &RawMap| {
+        for p in 0..pages {
+            m.read(p * PAGE as usize, 1);
+        }
+    };
+    touch(&my);
+    // Mapped through the UNPIN, which zaps a handle's offsets only while it is mapped.
+    let mx = mmap_memh(x.as_fd(), memh(hx), K64).map_err(|e| format!("mmap: {e}"))?;
+    touch(&mx);
+    ok(x.unpin(hx), "UNPIN_BUFFER on the second file")?;
+    drop(mx);
+    let before = minor_faults();
+    touch(&my);
+    let faults = minor_faults() - before;
+    check!(
+        faults < 2,
+        "reading the first file's {pages} mapped pages after the second file's UNPIN of its \
+         handle {hx} took {faults} page faults"
+    );
+    drop(my);
+    ok(y.unpin(hy), "UNPIN_BUFFER on the first file")
+}
+
 /// The 192 MiB pins of the tests past 2^32.
 const BIG: u64 = 192 << 20;
 
@@ -694,6 +749,10 @@ pub const TESTS: &[Test] = &[
         gdrdrv_req_mapping_type_answers,
     ),
     ("gdrdrv-read-only-arguments", gdrdrv_read_only_arguments),
+    (
+        "gdrdrv-unpin-zaps-its-own-file-only",
+        gdrdrv_unpin_zaps_its_own_file_only,
+    ),
     (
         "gdrdrv-mmap-refusals-in-gdrdrv-order",
         gdrdrv_mmap_refusals_in_gdrdrv_order,
