@@ -355,6 +355,129 @@ fn gdrdrv_unpin_zaps_its_own_file_only() -> TestResult {
     ok(y.unpin(hy), "UNPIN_BUFFER on the first file")
 }
 
+/// The refusals of the ABI note's rows that no other test makes, each on a live file with a
+/// live handle: a command of another driver's type byte is ENOTTY; PIN_BUFFER_V2 with
+/// FORCE_PCIE is EINVAL (gdrdrv.rst's row: forcing BAR1 needs the persistent API);
+/// GET_CB_FLAG, GET_INFO, GET_INFO_V2, UNPIN and REQ_MAPPING_TYPE of a handle the file never
+/// gave are EINVAL; and every ioctl from a process that did not open the file (a fork child)
+/// is EACCES, GET_VERSION included. The handle is still live and the file works after all
+/// of them.
+fn gdrdrv_refusals_of_every_ioctl() -> TestResult {
+    let gpu = Gpu::open().map_err(errno)?;
+    let (va, _) = gpu.alloc(K64).map_err(errno)?;
+    let g = ok(Gdrdrv::open_default(), "open /dev/gdrdrv")?;
+    let fd = g.as_fd();
+    let h = ok(g.pin_v2(va, K64, 0), "PIN_BUFFER_V2")?;
+    // _IOWR('x', 1, u64): the size and direction of a gdrdrv command, another type byte.
+    let foreign: libc::c_ulong = 0xc008_7801;
+    let mut word = 0u64;
+    // SAFETY: the command reads and writes at most the 8 bytes of `word`.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), foreign as _, &mut word) };
+    check_eq!(
+        (r, Errno::from_io_error(&std::io::Error::last_os_error())),
+        (-1, Some(Errno::NOTTY)),
+        "a command of type byte 'x'"
+    );
+    let mut force = lib::PinBufferV2 {
+        addr: va,
+        size: K64,
+        flags: 1,
+        ..Default::default()
+    };
+    check_eq!(
+        errno_of(fd, &mut force),
+        Some(Errno::INVAL),
+        "PIN_BUFFER_V2 FORCE_PCIE"
+    );
+    let unknown = h + 12345;
+    let mut cb = lib::GetCbFlag {
+        handle: unknown,
+        ..Default::default()
+    };
+    check_eq!(
+        errno_of(fd, &mut cb),
+        Some(Errno::INVAL),
+        "GET_CB_FLAG of an unknown handle"
+    );
+    let mut info = lib::GetInfo {
+        handle: unknown,
+        ..Default::default()
+    };
+    check_eq!(
+        errno_of(fd, &mut info),
+        Some(Errno::INVAL),
+        "GET_INFO of an unknown handle"
+    );
+    let mut info2 = lib::GetInfoV2 {
+        handle: unknown,
+        ..Default::default()
+    };
+    check_eq!(
+        errno_of(fd, &mut info2),
+        Some(Errno::INVAL),
+        "GET_INFO_V2 of an unknown handle"
+    );
+    let mut unpin = lib::UnpinBuffer { handle: unknown };
+    check_eq!(
+        errno_of(fd, &mut unpin),
+        Some(Errno::INVAL),
+        "UNPIN of an unknown handle"
+    );
+    check_eq!(
+        req(fd, unknown, lib::MAPPING_TYPE_WC),
+        Some(Errno::INVAL),
+        "REQ_MAPPING_TYPE of an unknown handle"
+    );
+    let child = crate::proc::fork(|| {
+        let acces = |what: &str, e: Option<Errno>| -> TestResult {
+            check_eq!(e, Some(Errno::ACCESS), format!("{what} from a fork child"));
+            Ok(())
+        };
+        let mut pin = lib::PinBuffer {
+            addr: va,
+            size: K64,
+            ..Default::default()
+        };
+        acces("PIN_BUFFER", errno_of(fd, &mut pin))?;
+        let mut pin2 = lib::PinBufferV2 {
+            addr: va,
+            size: K64,
+            ..Default::default()
+        };
+        acces("PIN_BUFFER_V2", errno_of(fd, &mut pin2))?;
+        acces(
+            "UNPIN_BUFFER",
+            errno_of(fd, &mut lib::UnpinBuffer { handle: h }),
+        )?;
+        let mut cb = lib::GetCbFlag {
+            handle: h,
+            ..Default::default()
+        };
+        acces("GET_CB_FLAG", errno_of(fd, &mut cb))?;
+        let mut info = lib::GetInfo {
+            handle: h,
+            ..Default::default()
+        };
+        acces("GET_INFO", errno_of(fd, &mut info))?;
+        let mut info2 = lib::GetInfoV2 {
+            handle: h,
+            ..Default::default()
+        };
+        acces("GET_INFO_V2", errno_of(fd, &mut info2))?;
+        let mut attr = lib::GetAttr {
+            attr: lib::ATTR_USE_PERSISTENT_MAPPING,
+            val: 0,
+        };
+        acces("GET_ATTR", errno_of(fd, &mut attr))?;
+        acces("REQ_MAPPING_TYPE", req(fd, h, lib::MAPPING_TYPE_WC))?;
+        acces("GET_VERSION", errno_of(fd, &mut lib::GetVersion::default()))
+    })?;
+    crate::proc::wait(child)?;
+    let info = ok(g.info_v2(h), "GET_INFO_V2 of the live handle")?;
+    check_eq!(info.va, va, "the live handle's window after the refusals");
+    ok(g.unpin(h), "UNPIN_BUFFER")
+}
+
 /// The 192 MiB pins of the tests past 2^32.
 const BIG: u64 = 192 << 20;
 
@@ -749,6 +872,10 @@ pub const TESTS: &[Test] = &[
         gdrdrv_req_mapping_type_answers,
     ),
     ("gdrdrv-read-only-arguments", gdrdrv_read_only_arguments),
+    (
+        "gdrdrv-refusals-of-every-ioctl",
+        gdrdrv_refusals_of_every_ioctl,
+    ),
     (
         "gdrdrv-unpin-zaps-its-own-file-only",
         gdrdrv_unpin_zaps_its_own_file_only,
