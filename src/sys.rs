@@ -109,9 +109,7 @@ impl ModuleRef {
             Err(ENODEV)
         }
     }
-}
 
-impl ModuleRef {
     /// Another reference on the module this one holds (none where it holds none):
     /// `__module_get`, which needs no check while a reference is held.
     pub(crate) fn another(&self) -> Self {

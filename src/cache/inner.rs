@@ -226,19 +226,16 @@ impl Inner {
             Numbering::Counted => self.next_handle,
             Numbering::PageOffsets => {
                 let span = page_offset_span(window);
-                let last = self.handles.cursor_back().map(|c| {
-                    let (&h, handle) = c.current();
-                    (h, page_offset_span(&handle.window))
-                });
+                // A live handle and the room it takes.
+                let taken = |(&h, handle): (&u64, &Handle)| (h, page_offset_span(&handle.window));
+                let last = self.handles.cursor_back().map(|c| taken(c.current()));
                 if page_offset_next_is_free(self.next_handle, span, last, PAGE_OFFSET_HANDLES) {
                     self.next_handle
                 } else {
                     page_offset_handle(
                         self.next_handle,
                         span,
-                        self.handles
-                            .iter()
-                            .map(|(&h, handle)| (h, page_offset_span(&handle.window))),
+                        self.handles.iter().map(taken),
                         PAGE_OFFSET_HANDLES,
                     )
                     .ok_or(ENOMEM)?

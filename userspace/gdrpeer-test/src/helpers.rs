@@ -127,6 +127,20 @@ pub fn eventually(
     Ok(())
 }
 
+/// Closes `d` (a /dev/gdrpeer file holds the module too) while NVIDIA holds a pin it can still
+/// call back into gdrpeer: rmmod must fail. Then the free of `va` calls back, and NVIDIA holds
+/// no pin.
+pub fn module_held_for_the_callback(d: Device, gpu: &nvsim::Gpu, va: u64) -> TestResult {
+    drop(d);
+    check!(
+        !crate::proc::rmmod_gdrpeer()?,
+        "rmmod succeeded, no file open, with a pin NVIDIA can still call back"
+    );
+    gpu.free(va).map_err(errno)?;
+    check_eq!(harness::stat("pins_live")?, 0, "pins after the free");
+    Ok(())
+}
+
 /// gdrpeer holds nothing: no context, region or deferred release (callback work included).
 /// Names what it still holds otherwise.
 pub fn gdrpeer_idle() -> TestResult {

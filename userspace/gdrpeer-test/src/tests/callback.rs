@@ -10,7 +10,6 @@ use crate::helpers::{
     check_dma_kind, check_dma_reaches, delayed_call_asleep, dev, edu, eventually, fails,
     gdrpeer_idle, gstat, iommu_translates, ok, pattern, with_nic, K64,
 };
-use crate::proc::rmmod_gdrpeer;
 use gdrpeer::{PciAddress, PinFlags, PinState};
 use nvsim::gdrnic::Nic;
 use nvsim::testing::{
@@ -418,14 +417,7 @@ fn put_pages_failure_leaves_the_pin_to_the_callback() -> TestResult {
         1,
         "regions left for the callback"
     );
-    // With the file closed, which holds the module too.
-    drop(d);
-    check!(
-        !rmmod_gdrpeer()?,
-        "rmmod succeeded with a pin NVIDIA can still call back"
-    );
-    gpu.free(va).map_err(errno)?;
-    check_eq!(stat("pins_live")?, 0, "pins after the free");
+    crate::helpers::module_held_for_the_callback(d, &gpu, va)?;
     check_eq!(
         (gstat("deferred_releases")?, gstat("regions")?),
         (0, 0),

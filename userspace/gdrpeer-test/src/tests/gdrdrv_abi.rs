@@ -355,6 +355,33 @@ fn gdrdrv_unpin_zaps_its_own_file_only() -> TestResult {
     ok(y.unpin(hy), "UNPIN_BUFFER on the first file")
 }
 
+/// The errnos of the ioctls that name a handle, each called once on `handle`: GET_CB_FLAG,
+/// GET_INFO, GET_INFO_V2, UNPIN_BUFFER and REQ_MAPPING_TYPE (WC).
+fn handle_calls(fd: BorrowedFd<'_>, handle: u64) -> [(&'static str, Option<Errno>); 5] {
+    let mut cb = lib::GetCbFlag {
+        handle,
+        ..Default::default()
+    };
+    let mut info = lib::GetInfo {
+        handle,
+        ..Default::default()
+    };
+    let mut info2 = lib::GetInfoV2 {
+        handle,
+        ..Default::default()
+    };
+    [
+        ("GET_CB_FLAG", errno_of(fd, &mut cb)),
+        ("GET_INFO", errno_of(fd, &mut info)),
+        ("GET_INFO_V2", errno_of(fd, &mut info2)),
+        (
+            "UNPIN_BUFFER",
+            errno_of(fd, &mut lib::UnpinBuffer { handle }),
+        ),
+        ("REQ_MAPPING_TYPE", req(fd, handle, lib::MAPPING_TYPE_WC)),
+    ]
+}
+
 /// The refusals of the ABI note's rows that no other test makes, each on a live file with a
 /// live handle: a command of another driver's type byte is ENOTTY; PIN_BUFFER_V2 with
 /// FORCE_PCIE is EINVAL (gdrdrv.rst's row: forcing BAR1 needs the persistent API);
@@ -389,45 +416,13 @@ fn gdrdrv_refusals_of_every_ioctl() -> TestResult {
         Some(Errno::INVAL),
         "PIN_BUFFER_V2 FORCE_PCIE"
     );
-    let unknown = h + 12345;
-    let mut cb = lib::GetCbFlag {
-        handle: unknown,
-        ..Default::default()
-    };
-    check_eq!(
-        errno_of(fd, &mut cb),
-        Some(Errno::INVAL),
-        "GET_CB_FLAG of an unknown handle"
-    );
-    let mut info = lib::GetInfo {
-        handle: unknown,
-        ..Default::default()
-    };
-    check_eq!(
-        errno_of(fd, &mut info),
-        Some(Errno::INVAL),
-        "GET_INFO of an unknown handle"
-    );
-    let mut info2 = lib::GetInfoV2 {
-        handle: unknown,
-        ..Default::default()
-    };
-    check_eq!(
-        errno_of(fd, &mut info2),
-        Some(Errno::INVAL),
-        "GET_INFO_V2 of an unknown handle"
-    );
-    let mut unpin = lib::UnpinBuffer { handle: unknown };
-    check_eq!(
-        errno_of(fd, &mut unpin),
-        Some(Errno::INVAL),
-        "UNPIN of an unknown handle"
-    );
-    check_eq!(
-        req(fd, unknown, lib::MAPPING_TYPE_WC),
-        Some(Errno::INVAL),
-        "REQ_MAPPING_TYPE of an unknown handle"
-    );
+    for (what, e) in handle_calls(fd, h + 12345) {
+        check_eq!(
+            e,
+            Some(Errno::INVAL),
+            format!("{what} of an unknown handle")
+        );
+    }
     let child = crate::proc::fork(|| {
         let acces = |what: &str, e: Option<Errno>| -> TestResult {
             check_eq!(e, Some(Errno::ACCESS), format!("{what} from a fork child"));
@@ -445,31 +440,14 @@ fn gdrdrv_refusals_of_every_ioctl() -> TestResult {
             ..Default::default()
         };
         acces("PIN_BUFFER_V2", errno_of(fd, &mut pin2))?;
-        acces(
-            "UNPIN_BUFFER",
-            errno_of(fd, &mut lib::UnpinBuffer { handle: h }),
-        )?;
-        let mut cb = lib::GetCbFlag {
-            handle: h,
-            ..Default::default()
-        };
-        acces("GET_CB_FLAG", errno_of(fd, &mut cb))?;
-        let mut info = lib::GetInfo {
-            handle: h,
-            ..Default::default()
-        };
-        acces("GET_INFO", errno_of(fd, &mut info))?;
-        let mut info2 = lib::GetInfoV2 {
-            handle: h,
-            ..Default::default()
-        };
-        acces("GET_INFO_V2", errno_of(fd, &mut info2))?;
+        for (what, e) in handle_calls(fd, h) {
+            acces(what, e)?;
+        }
         let mut attr = lib::GetAttr {
             attr: lib::ATTR_USE_PERSISTENT_MAPPING,
             val: 0,
         };
         acces("GET_ATTR", errno_of(fd, &mut attr))?;
-        acces("REQ_MAPPING_TYPE", req(fd, h, lib::MAPPING_TYPE_WC))?;
         acces("GET_VERSION", errno_of(fd, &mut lib::GetVersion::default()))
     })?;
     crate::proc::wait(child)?;

@@ -7,10 +7,9 @@
 use crate::doctables;
 use crate::helpers::ErrnoOf;
 use crate::helpers::{
-    dev, fails, gdrpeer_idle, get_pages_into, ok, p2pclient_addresses, param, pin_args, raw_pin,
-    without_rawio, K64,
+    dev, fails, gdrpeer_idle, get_pages_into, module_held_for_the_callback, ok,
+    p2pclient_addresses, param, pin_args, raw_pin, without_rawio, K64,
 };
-use crate::proc::rmmod_gdrpeer;
 use gdrpeer::{uapi, PinFlags, PinState};
 use nvsim::testing::{errno, stat, Test, TestResult};
 use nvsim::{check, check_eq, Gpu};
@@ -303,13 +302,7 @@ fn refused_table_left_to_the_callback(d: gdrpeer::Device, gpu: &Gpu, va: u64) ->
         )
     })?;
     check_eq!(stat("pins_live")?, 1, "pins NVIDIA still holds");
-    drop(d);
-    check!(
-        !rmmod_gdrpeer()?,
-        "rmmod succeeded, no file open, with a callback NVIDIA can still make"
-    );
-    gpu.free(va).map_err(errno)?;
-    check_eq!(stat("pins_live")?, 0, "pins after the free");
+    module_held_for_the_callback(d, gpu, va)?;
     gdrpeer_idle()
 }
 
