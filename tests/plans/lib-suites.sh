@@ -112,6 +112,10 @@ test_cli_events() {
 	done
 	out=$(gdrpeer events --alloc 65536 --timeout 1 2>&1) && fail "no timeout: $out"
 	echo "$out" | grep -q "no event within 1 s" || fail "timeout message: $out"
+	# The timeout counts from the free too: a free later than the timeout is waited for.
+	out=$(gdrpeer events --alloc 0x200000 --free-after 2 --timeout 1 2>&1) ||
+		fail "a free after the timeout: $out"
+	echo "$out" | grep -q "^revoked handle " || fail "a free after the timeout: no event: $out"
 }
 
 # gdrpeer doctor (Documentation/user/doctor.rst) on the guest: nvsim's GPU on ivshmem and

@@ -104,7 +104,9 @@ fn set_last(errno: c_int, msg: String) {
 /// Records `e` as this thread's last error, sets errno and returns the negative errno.
 fn fail(e: Error) -> c_int {
     let errno = e.errno().unwrap_or(match e {
-        Error::AbiMismatch { .. } | Error::Gdrdrv(_) => rustix::io::Errno::PROTO.raw_os_error(),
+        Error::AbiMismatch { .. } | Error::GdrdrvVersion { .. } | Error::Gdrdrv(_) => {
+            rustix::io::Errno::PROTO.raw_os_error()
+        }
         _ => rustix::io::Errno::IO.raw_os_error(),
     });
     set_last(errno, e.to_string());

@@ -868,9 +868,14 @@ fn watch<S: gdrpeer::EventSource, E: Into<CliError>>(
                 error: cu.mem_free(va).err().map(|e| e.to_string()),
             });
             next_free = to_free.next();
+            // The timeout counts from the last free too: the events it brings take time.
+            last_event = std::time::Instant::now();
             continue;
         }
-        let deadline = timeout.and_then(|t| last_event.checked_add(Duration::from_secs(t)));
+        // No timeout while a free of ours is still to come: its event cannot come before.
+        let deadline = timeout
+            .filter(|_| next_free.is_none())
+            .and_then(|t| last_event.checked_add(Duration::from_secs(t)));
         let wait = [deadline, next_free.map(|(at, _)| at)]
             .into_iter()
             .flatten()
@@ -886,7 +891,11 @@ fn watch<S: gdrpeer::EventSource, E: Into<CliError>>(
             }
             continue;
         }
-        for e in src.try_read_events()? {
+        let events = src.try_read_events()?;
+        if !events.is_empty() {
+            last_event = std::time::Instant::now();
+        }
+        for e in events {
             say(match e.kind {
                 gdrpeer::EventKind::Revoked => Event::Revoked { handle: e.handle },
                 gdrpeer::EventKind::Other(t) => Event::Unknown {
@@ -896,7 +905,6 @@ fn watch<S: gdrpeer::EventSource, E: Into<CliError>>(
             });
             seen += 1;
         }
-        last_event = std::time::Instant::now();
     }
     Ok(())
 }

@@ -38,6 +38,12 @@ pub enum Error {
         /// The module's ABI version word.
         module: u32,
     },
+    /// `/dev/gdrdrv` speaks a gdrdrv ABI of another major version than 2.
+    #[non_exhaustive]
+    GdrdrvVersion {
+        /// The device's `GDRDRV_VERSION` word.
+        driver: u32,
+    },
     /// `/dev/gdrdrv` answered against the ABI (what libgdrapi checks after a call).
     Gdrdrv(&'static str),
     /// An ioctl, mmap(2) or read(2) of the device failed.
@@ -146,6 +152,13 @@ impl fmt::Display for Error {
                 uapi::ABI_MAJOR,
                 uapi::ABI_MINOR,
                 uapi::ABI_MINOR_NEEDED
+            ),
+            Error::GdrdrvVersion { driver } => write!(
+                f,
+                "/dev/gdrdrv speaks gdrdrv {}.{}, this library gdrdrv {}.x",
+                driver >> 16,
+                driver & 0xffff,
+                crate::gdrdrv::VERSION >> 16
             ),
             Error::Gdrdrv(what) => write!(f, "/dev/gdrdrv: {what}"),
             Error::Ioctl { op, errno } => {
@@ -396,6 +409,18 @@ pub(crate) fn hint(op: Op, errno: i32) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// /dev/gdrdrv of another major version says so in gdrdrv's terms, not gdrpeer's ABI.
+    #[test]
+    fn a_gdrdrv_version_mismatch_names_gdrdrv() {
+        let e = Error::GdrdrvVersion {
+            driver: (3 << 16) | 1,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/dev/gdrdrv speaks gdrdrv 3.1, this library gdrdrv 2.x"
+        );
+    }
 
     /// Every gdrpeer ioctl (not mmap, read or gdrdrv's).
     const IOCTLS: [Op; 8] = [

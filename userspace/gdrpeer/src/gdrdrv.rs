@@ -344,7 +344,7 @@ impl Gdrdrv {
         };
         let v = g.version()?;
         if v.driver >> 16 != VERSION >> 16 {
-            return Err(Error::AbiMismatch { module: v.driver });
+            return Err(Error::GdrdrvVersion { driver: v.driver });
         }
         Ok(g)
     }

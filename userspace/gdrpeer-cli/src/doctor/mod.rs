@@ -152,6 +152,8 @@ struct Pci {
     class: u64,
     driver: Option<String>,
     numa: i32,
+    /// The CPU package (socket) of its NUMA node's CPUs, where sysfs says.
+    package: Option<i32>,
 }
 
 impl Pci {
@@ -189,6 +191,23 @@ struct Context<'a> {
     rdma: Vec<(String, &'static str)>,
 }
 
+/// The CPU package (socket) of NUMA node `node`: that of its first CPU. A node is not a
+/// socket: sub-NUMA clustering (Intel SNC, AMD NPS2/NPS4) splits one socket into several
+/// nodes, and a node may have no CPUs (memory only).
+fn package_of(sys: &Sys, node: i32) -> Option<i32> {
+    if node < 0 {
+        return None;
+    }
+    let cpus = sys.read(&format!("/sys/devices/system/node/node{node}/cpulist"))?;
+    let first: u32 = cpus.split([',', '-']).next()?.trim().parse().ok()?;
+    sys.read(&format!(
+        "/sys/devices/system/cpu/cpu{first}/topology/physical_package_id"
+    ))?
+    .trim()
+    .parse()
+    .ok()
+}
+
 impl<'a> Context<'a> {
     fn read(sys: &'a Sys) -> Self {
         let release = sys.release();
@@ -214,6 +233,10 @@ impl<'a> Context<'a> {
             .into_iter()
             .filter_map(|addr| {
                 let d = format!("/sys/bus/pci/devices/{addr}");
+                let numa = sys
+                    .read(&format!("{d}/numa_node"))
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(-1);
                 Some(Pci {
                     path: sys.resolve(&d)?,
                     vendor: sys
@@ -223,10 +246,8 @@ impl<'a> Context<'a> {
                         .read(&format!("{d}/class"))
                         .and_then(|s| parse::parse_int(&s))?,
                     driver: sys.link_name(&format!("{d}/driver")),
-                    numa: sys
-                        .read(&format!("{d}/numa_node"))
-                        .and_then(|s| s.trim().parse().ok())
-                        .unwrap_or(-1),
+                    numa,
+                    package: package_of(sys, numa),
                     addr,
                 })
             })
@@ -456,10 +477,7 @@ fn nvidia(ctx: &Context) -> Finding {
     } else {
         None
     };
-    let flavour = license
-        .as_deref()
-        .map(parse::flavour_of_license)
-        .unwrap_or_else(|| parse::flavour_of_taint(&taint));
+    let (flavour, installed) = parse::loaded_flavour(license.as_deref(), &taint);
     let funcs: Vec<&str> = ctx
         .exports
         .iter()
@@ -486,10 +504,15 @@ fn nvidia(ctx: &Context) -> Finding {
         Flavour::Open => ", open flavour",
         Flavour::Proprietary => ", proprietary flavour",
     };
-    if let Some(l) = &license {
+    if let Some(l) = license.as_deref().filter(|_| installed.is_none()) {
         what += &format!(" (license \"{l}\")");
     } else if taint.contains('P') {
         what += " (taint P)";
+    }
+    match installed {
+        Some(Flavour::Open) => what += "; the installed file is the open flavour, not loaded yet",
+        Some(Flavour::Proprietary) => what += "; the installed file is the proprietary flavour",
+        None => {}
     }
     let abi = match (&table, funcs.is_empty()) {
         (_, true) if ctx.exports.is_empty() => {
@@ -519,7 +542,17 @@ fn nvidia(ctx: &Context) -> Finding {
     if flavour == Flavour::Proprietary {
         f.status = Status::Fail;
         f.summary += ": gdrpeer uses the kernel's GPL-only Rust symbols, and the kernel refuses a module that uses them together with a proprietary module's (\"module using GPL-only symbols uses symbols from proprietary module\")";
-        return f.fix(OPEN_MODULES);
+        return f.fix(match installed {
+            Some(Flavour::Open) => "the open kernel modules are installed but the proprietary nvidia is still loaded: reload nvidia (stop its users, sudo modprobe -r nvidia_drm nvidia_modeset nvidia_uvm nvidia, sudo modprobe nvidia) or reboot",
+            _ => OPEN_MODULES,
+        });
+    }
+    if installed == Some(Flavour::Proprietary) {
+        // Works now; the next load of nvidia (a reboot) brings the proprietary one.
+        f.status = Status::Warn;
+        f = f.fix(format!(
+            "at the next load of nvidia (a reboot) gdrpeer will not load beside it: {OPEN_MODULES}"
+        ));
     }
     if !ctx.exports.is_empty() && !funcs.contains(&"nvidia_p2p_get_pages") {
         f.status = Status::Fail;
@@ -604,8 +637,7 @@ fn gdrpeer(ctx: &Context) -> Finding {
                 .join(" ")
         )
     };
-    let mismatch = matches!(unopened, Some(gdrpeer::Error::AbiMismatch { .. }));
-    let status = if mismatch { Status::Fail } else { Status::Ok };
+    let (status, abi_fix) = abi_status(unopened.as_ref());
     let mut f = Finding::new(c, status, s).fact("loaded", true).fact(
         "parameters",
         params
@@ -628,10 +660,24 @@ fn gdrpeer(ctx: &Context) -> Finding {
     if let Some(file) = &ctx.module_file {
         f = f.fact("installed", file.clone());
     }
-    if mismatch {
-        f = f.fix("this tool and the loaded module speak different ABIs: install the gdrpeer-tools of the module's version (or the module of the tools')");
+    if let Some(x) = abi_fix {
+        f = f.fix(x);
     }
     f
+}
+
+/// The `gdrpeer` check's verdict on the ABI, from why `/dev/gdrpeer` did not open (`None`:
+/// it opened, or was not tried), and the fix.
+fn abi_status(unopened: Option<&gdrpeer::Error>) -> (Status, Option<&'static str>) {
+    use gdrpeer::Error;
+    match unopened {
+        None => (Status::Ok, None),
+        Some(Error::AbiMismatch { .. }) => (Status::Fail, Some("this tool and the loaded module speak different ABIs: install the gdrpeer-tools of the module's version (or the module of the tools')")),
+        // GET_VERSION of another size than the module's, or not gdrpeer's device at all.
+        Some(e) if e.errno() == Some(libc::ENOTTY) => (Status::Fail, Some("/dev/gdrpeer does not answer gdrpeer's GET_VERSION: it is another driver's node, or a module of an ABI this tool does not know; install the gdrpeer-tools of the module's version")),
+        // Compatibility not known: who may open the node is the device check's.
+        Some(_) => (Status::Warn, Some("the ABI could not be read: run doctor as a user who may open /dev/gdrpeer (check device /dev/gdrpeer), or as root")),
+    }
 }
 
 fn device_node(ctx: &Context, node: &str) -> Finding {
@@ -794,6 +840,10 @@ fn bar1(ctx: &Context) -> Vec<Finding> {
     let nvsim = sys
         .read("/sys/kernel/debug/nvsim/stats")
         .map(|t| parse::key_values(&t));
+    // Whether any GPU is nvidia's (or the simulator's).
+    let driven = gpus
+        .iter()
+        .any(|g| g.is_sim_gpu() || g.driver.as_deref() == Some("nvidia"));
     gpus.into_iter()
         .map(|g| {
             let c = format!("bar1 {}", g.addr);
@@ -849,6 +899,23 @@ fn bar1(ctx: &Context) -> Vec<Finding> {
                     f = f.fix("a small BAR1 limits how much GPU memory peers can reach at once: enable large BAR / Resizable BAR (Above 4G decoding) in the firmware");
                 }
             }
+            f = f.fact("driver", g.driver.clone().map_or(Value::Null, Value::from));
+            if !g.is_sim_gpu() && g.driver.as_deref() != Some("nvidia") {
+                // nv-p2p pins only memory of GPUs nvidia drives: this one serves nobody.
+                // A FAIL where no GPU is nvidia's; else one GPU set aside (for a virtual
+                // machine, say) among others.
+                f.status = if driven { Status::Warn } else { Status::Fail };
+                f.summary += &match g.driver.as_deref() {
+                    Some("vfio-pci") => ", bound to vfio-pci (passed to a virtual machine or user-space driver): this host's nvidia, and so gdrpeer, cannot reach its memory".to_string(),
+                    Some(d) => format!(", bound to {d}, not nvidia: gdrpeer cannot reach its memory"),
+                    None => ", bound to no driver: nvidia did not take it (an open kernel module refuses GPUs older than Turing; see dmesg), so gdrpeer cannot reach its memory".to_string(),
+                };
+                f.fix = None;
+                f = f.fix(match g.driver.as_deref() {
+                    Some("vfio-pci") => "to use it here, unbind it from vfio-pci and bind it to nvidia (driverctl unset-override, or echo the address to /sys/bus/pci/drivers/nvidia/bind)",
+                    _ => "bind it to nvidia: load NVIDIA's open kernel modules (Turing or newer GPUs), and read dmesg for why nvidia did not take it",
+                });
+            }
             f
         })
         .collect()
@@ -865,12 +932,30 @@ fn topology(ctx: &Context) -> Vec<Finding> {
     }
     let mut v = Vec::new();
     for g in &gpus {
-        for (addr, why) in &ctx.rdma {
-            let Some(n) = ctx.pci.iter().find(|p| p.addr == *addr) else {
-                continue;
-            };
+        // Each peer's link, where the paths are understood.
+        let links: Vec<(&Pci, &str, Option<PciLink>)> = ctx
+            .rdma
+            .iter()
+            .filter_map(|(addr, why)| {
+                let n = ctx.pci.iter().find(|p| p.addr == *addr)?;
+                // Sockets by package where both are known, else by NUMA node.
+                let (a, b) = match (g.package, n.package) {
+                    (Some(a), Some(b)) => (a, b),
+                    _ => (g.numa, n.numa),
+                };
+                Some((n, *why, parse::pci_link(&g.path, a, &n.path, b)))
+            })
+            .collect();
+        // The GPU's best peer: a peer across sockets is a FAIL only for a GPU that has
+        // no better one (a two-socket server has NICs on both sockets, each GPU using
+        // its own socket's).
+        let best = links
+            .iter()
+            .filter_map(|(n, _, l)| Some((l.as_ref()?, n)))
+            .min_by_key(|(l, _)| **l);
+        for (n, why, link) in &links {
             let c = format!("pcie-path {} {}", g.addr, n.addr);
-            let Some(link) = parse::pci_link(&g.path, g.numa, &n.path, n.numa) else {
+            let Some(link) = *link else {
                 v.push(Finding::new(
                     c,
                     Status::Warn,
@@ -878,13 +963,26 @@ fn topology(ctx: &Context) -> Vec<Finding> {
                 ));
                 continue;
             };
-            let (status, verdict, fix) = match link {
+            let (status, verdict, mut fix) = match link {
                 PciLink::Switch => (Status::Ok, "the best case in NVIDIA's rule", None),
-                PciLink::RootPort => (Status::Warn, "acceptable in NVIDIA's rule; peer-to-peer bandwidth may be limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch")),
-                PciLink::HostBridge => (Status::Warn, "acceptable in NVIDIA's rule: works, peer-to-peer reads may be severely limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch")),
-                PciLink::AcrossHostBridges => (Status::Warn, "may be slow or not work, depending on the CPU", Some("use a NIC under the GPU's host bridge, ideally under its PCIe switch")),
-                PciLink::AcrossSockets => (Status::Fail, "not supported by NVIDIA's rule: the CPU interconnect may not forward peer-to-peer traffic reliably", Some("use a NIC on the GPU's CPU socket, ideally under the GPU's PCIe switch")),
+                PciLink::RootPort => (Status::Warn, "acceptable in NVIDIA's rule; peer-to-peer bandwidth may be limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch".to_string())),
+                PciLink::HostBridge => (Status::Warn, "acceptable in NVIDIA's rule: works, peer-to-peer reads may be severely limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch".to_string())),
+                PciLink::AcrossHostBridges => (Status::Warn, "may be slow or not work, depending on the CPU", Some("use a NIC under the GPU's host bridge, ideally under its PCIe switch".to_string())),
+                PciLink::AcrossSockets => (Status::Fail, "not supported by NVIDIA's rule: the CPU interconnect may not forward peer-to-peer traffic reliably", Some("use a NIC on the GPU's CPU socket, ideally under the GPU's PCIe switch".to_string())),
             };
+            let mut status = status;
+            if let Some((b, bn)) = best.filter(|(b, _)| **b < link) {
+                // A worse pair than this GPU's best: not a FAIL of the machine, a pair
+                // to leave unused.
+                if status == Status::Fail {
+                    status = Status::Warn;
+                }
+                fix = Some(format!(
+                    "do not pair them: use {} for this GPU ({})",
+                    bn.addr,
+                    b.describe()
+                ));
+            }
             let mut f = Finding::new(
                 c,
                 status,

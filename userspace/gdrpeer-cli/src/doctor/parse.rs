@@ -80,6 +80,15 @@ pub fn flavour_of_taint(taint: &str) -> Flavour {
     }
 }
 
+/// The flavour of a loaded module, from its `taint` (a proprietary module always taints
+/// `P`), and that of its installed file, from `modinfo`'s `license`, where the two differ:
+/// a driver replaced on disk and not reloaded yet. The loaded one is what gdrpeer meets.
+pub fn loaded_flavour(license: Option<&str>, taint: &str) -> (Flavour, Option<Flavour>) {
+    let loaded = flavour_of_taint(taint);
+    let installed = license.map(flavour_of_license).filter(|f| *f != loaded);
+    (loaded, installed)
+}
+
 /// The modules exporting each nv-p2p function named in `/proc/kallsyms`: (symbol, module).
 pub fn nv_p2p_exports(kallsyms: &str) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = kallsyms
@@ -211,7 +220,7 @@ pub fn pci_chain(path: &str) -> Option<(String, Vec<String>)> {
 
 /// What lies between a GPU and a peer device, in the terms of NVIDIA's GPUDirect RDMA
 /// guide ("Supported Systems") and `nvidia-smi topo -m`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PciLink {
     /// Only PCIe switches on the path (PIX/PXB): the best case.
@@ -232,13 +241,14 @@ impl PciLink {
             Self::Switch => "through PCIe switches only (PIX/PXB)",
             Self::RootPort => "below one root port, without a switch",
             Self::HostBridge => "through the host bridge, one CPU (PHB)",
-            Self::AcrossHostBridges => "between host bridges of one NUMA node (NODE)",
+            Self::AcrossHostBridges => "between host bridges of one CPU socket (NODE)",
             Self::AcrossSockets => "across CPU sockets (SYS)",
         }
     }
 }
 
-/// The link between two functions given their sysfs paths and NUMA nodes (-1: none).
+/// The link between two functions given their sysfs paths and CPU sockets (-1: unknown;
+/// a NUMA node where the socket is not known).
 pub fn pci_link(a: &str, a_node: i32, b: &str, b_node: i32) -> Option<PciLink> {
     let (ha, ca) = pci_chain(a)?;
     let (hb, cb) = pci_chain(b)?;

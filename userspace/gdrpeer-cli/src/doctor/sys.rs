@@ -16,6 +16,9 @@ use std::{
 /// can hang on a wedged GPU, which is when `doctor` is run.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a killed command may take to end before `doctor` goes on without it.
+const KILL_GRACE: Duration = Duration::from_secs(1);
+
 /// Where `doctor` looks.
 pub struct Sys {
     root: PathBuf,
@@ -168,8 +171,14 @@ pub fn output_within(cmd: &mut Command, timeout: Duration) -> Option<String> {
             Ok(Some(status)) => break Some(status),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
             _ => {
+                // Killed and reaped, unless it sleeps uninterruptibly (a command stuck in
+                // a wedged driver ends only when the driver lets it): then it is left
+                // behind after a short grace, not waited for.
                 let _ = child.kill();
-                let _ = child.wait();
+                let grace = Instant::now() + KILL_GRACE;
+                while matches!(child.try_wait(), Ok(None)) && Instant::now() < grace {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 break None;
             }
         }
