@@ -87,7 +87,8 @@ kdir-check:
 #                     only when installing into the live system as root (no
 #                     DESTDIR); with DESTDIR, the target system's packaging must
 #                     create it (as gdrpeer-tools' postinst does)
-# Keep GDRPEER_VERSION equal to PACKAGE_VERSION in dkms.conf.
+# Keep GDRPEER_VERSION equal to PACKAGE_VERSION in dkms.conf and MODULE_VERSION
+# in src/kapi-exports.c.
 GDRPEER_VERSION := 0.1.0
 DESTDIR ?=
 INSTALL_MOD_PATH ?= $(DESTDIR)
@@ -187,10 +188,17 @@ install -D -m 0644 $(CLI_OUT)/completions/_gdrpeer $(DESTDIR)$(datadir)/zsh/vend
 install -D -m 0644 $(CLI_OUT)/completions/gdrpeer.fish $(DESTDIR)$(datadir)/fish/vendor_completions.d/gdrpeer.fish
 endef
 
-# DKMS appends CC=clang and LD=ld.lld to its make command when the kernel was
-# built with LLVM; LLVM= already picks the kernel's tools, and where only
-# versioned names exist (clang-19) those unversioned ones would not run, so
-# they are not passed on to the kernel's make.
+# DKMS appends CC=clang and LD=ld.lld (3.0.10), or LLVM=1 (3.0.11 and later),
+# to its make command when the kernel was built with LLVM, after dkms.conf's
+# own settings. dkms.conf names the toolchain in GDRPEER_LLVM, which nothing
+# appends to: it wins over an LLVM= on the command line. LLVM= picks the
+# kernel's tools, and where only versioned names exist (clang-19) the
+# unversioned ones would not run, so DKMS's are not passed on to the kernel's
+# make.
+ifneq ($(GDRPEER_LLVM),)
+override LLVM := $(GDRPEER_LLVM)
+MAKEOVERRIDES := $(filter-out LLVM=%,$(MAKEOVERRIDES))
+endif
 ifneq ($(LLVM),)
 MAKEOVERRIDES := $(filter-out CC=% LD=%,$(MAKEOVERRIDES))
 endif

@@ -134,6 +134,16 @@ impl MiscDevice for GdrpeerFile {
     /// where NVIDIA's table allows it.
     fn mmap(me: &GdrpeerFile, file: &File, vma: &VmaNew) -> Result {
         let at = MapAt::gdrpeer(crate::vma::pgoff(vma) as u64);
+        // Only the first 2^40 bytes of a window: past them the offsets are the next
+        // handle's, which an unpin's zap of its own handle does not reach.
+        let len = (vma.end() - vma.start()) as u64;
+        if at
+            .offset
+            .checked_add(len)
+            .is_none_or(|end| end > 1 << uapi::MMAP_HANDLE_SHIFT)
+        {
+            return Err(EINVAL);
+        }
         CpuMap::install(&me.open.ctx, file, vma, at, true).map(|_| ())
     }
 

@@ -232,7 +232,16 @@ impl Events {
     /// or takes it out if it cannot.
     pub(crate) fn cancel(&self, handle: u64) {
         let mut q = self.queue.lock();
-        let Some(at) = q.pending.iter().position(|&h| h == handle) else {
+        // Not an event a reader holds that is marked already: where numbers are reused the
+        // queue may hold that one and a newer event of the same number, which is the one
+        // to take.
+        let (reading, cancelled) = (q.reading, q.cancelled);
+        let Some(at) = q
+            .pending
+            .iter()
+            .enumerate()
+            .position(|(i, &h)| h == handle && !(i < reading && cancelled & (1 << i) != 0))
+        else {
             return;
         };
         if at < q.reading {
@@ -262,5 +271,43 @@ pub(crate) struct HandleEvent {
 impl Notifier for HandleEvent {
     fn notify(&self) {
         self.events.push(self.handle);
+    }
+}
+
+#[kernel::prelude::kunit_tests(gdrpeer_events)]
+mod tests {
+    use super::*;
+
+    /// A handle's event held by a reader and cancelled, then the number's newer event
+    /// (numbers reused) cancelled too: the newer one leaves, and the reader delivers
+    /// neither.
+    #[test]
+    fn a_reused_number_s_newer_event_is_the_one_cancelled() -> Result {
+        let events = Events::new()?;
+        for _ in 0..3 {
+            events.reserve()?;
+        }
+        events.push(7);
+        events.push(9);
+        let mut handed = [0u64; 2];
+        let read = events.read(MAX_READ, false, |batch| {
+            let n = batch.len().min(handed.len());
+            handed[..n].copy_from_slice(&batch[..n]);
+            // While the reader copies the two out: 7 unpinned, pinned again under the same
+            // number, revoked, and unpinned again.
+            events.cancel(7);
+            events.push(7);
+            events.cancel(7);
+            // Nothing delivered (as for a bad buffer).
+            0
+        })?;
+        assert!(matches!(read, Read::Events(0)));
+        assert_eq!(handed, [7, 9]);
+        let q = events.queue.lock();
+        // 7's first event went with its mark, the second with its cancel; 9 stays.
+        assert_eq!(&q.pending[..], &[9]);
+        assert_eq!(q.reserved, 1);
+        drop(q);
+        Ok(())
     }
 }

@@ -276,7 +276,10 @@ impl MiscDevice for GdrdrvFile {
             offset: 0,
             base: pgoff,
         };
-        let caching = CpuMap::install(ctx, file, vma, at, asked != abi::GDRDRV_MAPPING_TYPE_WC)?;
+        // A callback that came after the check above: gdrdrv's answer for a handle called
+        // back, EINVAL, not the engine's ENXIO.
+        let caching = CpuMap::install(ctx, file, vma, at, asked != abi::GDRDRV_MAPPING_TYPE_WC)
+            .map_err(|e| if e == ENXIO { EINVAL } else { e })?;
         if let Some(x) = me.extra.lock().tree.get_mut(&handle) {
             x.mapped_type = match caching {
                 Caching::Cached => abi::GDRDRV_MAPPING_TYPE_CACHING,

@@ -27,7 +27,12 @@ void gdrpeer_vma_set_pfnmap(struct vm_area_struct *vma, bool wc)
 {
 	vm_flags_set(vma, VM_PFNMAP | VM_IO | VM_DONTEXPAND | VM_DONTDUMP |
 			  VM_DONTCOPY);
-	vma->vm_page_prot = vm_get_page_prot(vma->vm_flags);
+	/*
+	 * A BAR is never encrypted memory: without this, a host with memory
+	 * encryption (SME, SEV, TDX, CCA) maps it as encrypted, where
+	 * io_remap_pfn_range() would not.
+	 */
+	vma->vm_page_prot = pgprot_decrypted(vm_get_page_prot(vma->vm_flags));
 	if (wc)
 		vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 }

@@ -10,7 +10,11 @@
 #include "gdrpeer-kapi.h"
 #include "kapi-internal.h"
 
-/* The kernel crate's module! has no version key; modinfo shows this one. */
+/*
+ * The kernel crate's module! has no version key; modinfo shows this one.
+ * Keep equal to GDRPEER_VERSION in the Makefile (make deb sets it to the
+ * package's).
+ */
 MODULE_VERSION("0.1.0");
 /* dma-buf export (src/dma_buf.rs): the core's symbols are in this namespace. */
 MODULE_IMPORT_NS("DMA_BUF");

@@ -1872,7 +1872,8 @@ static int nvsim_ioctl_alloc(struct nvsim_file *f, struct nvsim_alloc_args __use
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (!req.size || DIV_ROUND_UP_ULL(req.size, GPU_PAGE_SIZE) > U32_MAX || req.pad ||
+	/* A size whose rounding up wraps is no size: CUDA answers OUT_OF_MEMORY. */
+	if (!req.size || req.size > (u64)U32_MAX << GPU_PAGE_SHIFT || req.pad ||
 	    (req.flags & ~(NVSIM_ALLOC_SUBALLOC | NVSIM_ALLOC_GPU1)) ||
 	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && req.size >= NVSIM_POOL_BLOCK) ||
 	    ((req.flags & NVSIM_ALLOC_SUBALLOC) && (req.flags & NVSIM_ALLOC_GPU1)))
@@ -2155,7 +2156,8 @@ static int nvsim_ioctl_vmm_map(struct nvsim_file *f, struct nvsim_vmm_map_args _
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
 		return -EFAULT;
-	if (!nvsim_vmm_size_ok(req.size) || req.va % NVSIM_VMM_GRANULARITY)
+	if (!nvsim_vmm_size_ok(req.size) || req.va % NVSIM_VMM_GRANULARITY ||
+	    req.va + req.size < req.va)
 		return -EINVAL;
 	a = kzalloc_obj(*a, GFP_KERNEL);
 	if (!a)
@@ -2188,13 +2190,16 @@ out:
 
 /*
  * cuMemUnmap: every mapping in [va, va + size), each wholly inside it (at
- * least one), else -EINVAL. Their pins are called back before it returns.
+ * least one), else -EINVAL: a range that cuts a mapping, or holds another
+ * file's or a plain allocation, unmaps nothing. Their pins are called back
+ * before it returns.
  */
 static int nvsim_ioctl_vmm_unmap(struct nvsim_file *f, struct nvsim_vmm_range_args __user *uarg)
 {
 	struct nvsim_vmm_range_args req;
-	struct nvsim_alloc *a, *next;
+	struct nvsim_alloc *a;
 	struct nvsim_space *s;
+	unsigned int n = 0;
 	int ret = -EINVAL;
 
 	if (copy_from_user(&req, uarg, sizeof(req)))
@@ -2212,13 +2217,22 @@ static int nvsim_ioctl_vmm_unmap(struct nvsim_file *f, struct nvsim_vmm_range_ar
 			continue;
 		if (!a->phys || a->owner != f || a->va < req.va || end > req.va + req.size)
 			goto out;
-		ret = 0;
+		n++;
 	}
-	if (ret)
+	if (!n)
 		goto out;
-	list_for_each_entry_safe(a, next, &s->allocs, node)
-		if (a->va < req.va + req.size && a->va + a->size > req.va)
-			nvsim_free_alloc(a);
+	ret = 0;
+	/*
+	 * One mapping at a time: the last allocation's free may free @s (the
+	 * reservation can be gone with another file), so @s is not read after
+	 * the n-th.
+	 */
+	while (n--) {
+		list_for_each_entry(a, &s->allocs, node)
+			if (a->va < req.va + req.size && a->va + a->size > req.va)
+				break;
+		nvsim_free_alloc(a);
+	}
 out:
 	nvsim_lock_release();
 	return ret;
@@ -2719,24 +2733,25 @@ static const struct file_operations nvsim_free_between_steps_fops = {
 };
 
 /*
- * client_errors: read it, or write 0 to clear it (for the tests that make a
- * client error on purpose and have checked it).
+ * client_errors, dma_map_window: read one, or write 0 to clear it (for the
+ * tests that make a client error, or enter the DMA-mapping window, on purpose
+ * and have checked it). @data is the counter.
  */
-static int nvsim_client_errors_get(void *data, u64 *val)
+static int nvsim_counter_get(void *data, u64 *val)
 {
-	*val = atomic64_read(&st.client_errors);
+	*val = atomic64_read(data);
 	return 0;
 }
 
-static int nvsim_client_errors_set(void *data, u64 val)
+static int nvsim_counter_clear(void *data, u64 val)
 {
 	if (val)
 		return -EINVAL;
-	atomic64_set(&st.client_errors, 0);
+	atomic64_set(data, 0);
 	return 0;
 }
-DEFINE_DEBUGFS_ATTRIBUTE(nvsim_client_errors_fops, nvsim_client_errors_get,
-			 nvsim_client_errors_set, "%llu\n");
+DEFINE_DEBUGFS_ATTRIBUTE(nvsim_counter_fops, nvsim_counter_get,
+			 nvsim_counter_clear, "%llu\n");
 
 static int nvsim_bar1_size_get(void *data, u64 *val)
 {
@@ -2779,8 +2794,10 @@ static void nvsim_debugfs_init(void)
 	debugfs_create_file("trim", 0200, nvsim_debugfs, NULL, &nvsim_trim_fops);
 	debugfs_create_file("free_between_pin_steps", 0200, nvsim_debugfs, NULL,
 			    &nvsim_free_between_steps_fops);
-	debugfs_create_file_unsafe("client_errors", 0600, nvsim_debugfs, NULL,
-				   &nvsim_client_errors_fops);
+	debugfs_create_file_unsafe("client_errors", 0600, nvsim_debugfs,
+				   &st.client_errors, &nvsim_counter_fops);
+	debugfs_create_file_unsafe("dma_map_window", 0600, nvsim_debugfs,
+				   &st.dma_map_window, &nvsim_counter_fops);
 }
 
 /* --- the simulated GPU: QEMU's ivshmem-plain ------------------------------- */
@@ -2871,14 +2888,19 @@ static int nvsim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 static void nvsim_remove(struct pci_dev *pdev)
 {
 	struct nvsim_alloc *a, *next;
-	struct nvsim_pin *pin, *pnext;
 	struct nvsim_phys *phys;
+	struct nvsim_pin *pin;
 
 	nvsim_lock_acquire();
 	list_for_each_entry_safe(a, next, &nvsim_all_allocs, all_node)
 		nvsim_free_alloc(a);
 	list_for_each_entry_safe(a, next, &nvsim_zombies, node) {
-		list_for_each_entry_safe(pin, pnext, &a->pins, node) {
+		/* The last put frees the zombie: its list is not read after it. */
+		bool last = list_empty(&a->pins);
+
+		while (!last) {
+			pin = list_first_entry(&a->pins, struct nvsim_pin, node);
+			last = list_is_singular(&a->pins);
 			nvsim_client_err("persistent pin left at GPU removal\n");
 			nvsim_pin_put(pin);
 		}

@@ -34,7 +34,21 @@ SAMPLES = {
     "dma-api": "nvsim 0000:00:04.0: DMA-API: device driver has pending DMA allocations while released from device [count=2]",
     "oops": "Oops: general protection fault, probably for non-canonical address",
     "printk-loss": "** 24 printk messages dropped **",
+    "bug": "BUG: sleeping function called from invalid context at nvsim.c:1615",
+    "soft-lockup": "watchdog: BUG: soft lockup - CPU#1 stuck for 26s! [gdrpeer-test:91]",
+    "kmemleak-off": "kmemleak: Kernel memory leak detector disabled",
+    "duplicate-name": "debugfs: 'ctx-3' already exists in 'gdrpeer'",
 }
+
+# More lines of each kind, as the 7.2 kernel prints them: each must be caught alone.
+MORE_SAMPLES = [
+    ("soft-lockup", "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:"),
+    ("soft-lockup", "rcu: INFO: rcu_preempt self-detected stall on CPU"),
+    ("soft-lockup", "rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 1-... }"),
+    ("lockdep", "INFO: trying to register non-static key."),
+    ("kmemleak-off", "kmemleak: Cannot allocate a kmemleak_object structure"),
+    ("duplicate-name", "sysfs: cannot create duplicate filename '/devices/virtual/misc/gdrdrv'"),
+]
 
 # KCSAN reports as the 7.2 kernel prints them (kernel/kcsan/report.c): the
 # title names the two racing functions ("%ps": a module's with "[module]"),
@@ -375,8 +389,9 @@ class ScanTest(unittest.TestCase):
         self.assertEqual(report.scan(lines(CLEAN)), ([], [], []))
 
     def test_each_report_kind_fails_the_run_and_names_the_test(self):
-        for kind, line in SAMPLES.items():
-            with self.subTest(kind=kind):
+        for kind, line in list(SAMPLES.items()) + MORE_SAMPLES:
+            with self.subTest(kind=kind, line=line):
+                self.assertEqual(report.report_kind(line), kind)
                 log = CLEAN.replace("gdrpeer: gdrpeer ABI 1.0", line)
                 unexpected, missing, _ = report.scan(lines(log))
                 self.assertEqual(len(unexpected), 1, unexpected)
@@ -536,10 +551,47 @@ class PlantedByContentTest(unittest.TestCase):
         self.assertEqual([u[1] for u in unexpected], ["lockdep"])
         self.assertEqual([m[1] for m in missing], ["lockdep"])
 
-    def test_a_region_may_name_the_planted_module(self):
-        self.assertEqual(report.scan(lines(region("kasan=nvsim", OTHER_KASAN))), ([], [], []))
-        unexpected, _, _ = report.scan(lines(region("kasan=nvsim", PLANTED_KASAN, OTHER_KASAN)))
+    def test_a_region_may_name_the_planted_function(self):
+        marker = "kasan=nvsim:nvidia_p2p_put_pages"
+        self.assertEqual(report.scan(lines(region(marker, OTHER_KASAN))), ([], [], []))
+        unexpected, _, _ = report.scan(lines(region(marker, PLANTED_KASAN, OTHER_KASAN)))
         self.assertIn("slab-out-of-bounds in planted_kasan", unexpected[0][2])
+
+    def test_another_function_of_the_module_is_not_the_planted_report(self):
+        marker = "kasan=nvsim:nvidia_p2p_get_pages"
+        unexpected, missing, _ = report.scan(lines(region(marker, OTHER_KASAN)))
+        self.assertEqual([u[1] for u in unexpected], ["kasan"])
+        self.assertIn("its place in nvidia_p2p_get_pages [nvsim]", unexpected[0][2])
+        self.assertEqual([m[1] for m in missing], ["kasan"])
+
+    def test_a_module_alone_excuses_nothing_but_planted_ko(self):
+        # Any report with a frame of nvsim would do: a kind, not content.
+        unexpected, _, _ = report.scan(lines(region("kasan=nvsim", OTHER_KASAN)))
+        self.assertEqual(sorted(u[1] for u in unexpected), ["expect-reports", "kasan"])
+        self.assertIn("not by its module", unexpected[0][2] + unexpected[1][2])
+
+    def test_a_report_without_a_titled_place_is_placed_by_its_innermost_frame(self):
+        # might_sleep()'s report names a file, not a function: its first frame of ours in
+        # the call trace (not the locks held before it, not the unwinder's guesses) is
+        # where it happened. The lines as the 7.2 test kernel printed them.
+        bug = """\
+[   83.543372] BUG: sleeping function called from invalid context at nvsim.c:1615
+[   83.544217] in_atomic(): 1, irqs_disabled(): 0, non_block: 0, pid: 1263, name: nvsim-test
+[   83.544464] 3 locks held by nvsim-test/1263:
+[   83.545828]  #1: ffffffffa0230100 (client_lock){+.+.}-{4:4}, at: p2pclient_write+0xf0/0x1260 [p2pclient]
+[   83.546111]  #2: ffffffffa02301f8 (atomic_context){+.+.}-{3:3}, at: p2pclient_unmap+0x10b/0x1f0 [p2pclient]
+[   83.546765] Call Trace:
+[   83.546798]  <TASK>
+[   83.546964]  __might_resched+0x37c/0x4a0
+[   83.546970]  ? p2pclient_other+0x10/0x20 [p2pclient]
+[   83.546988]  nvidia_p2p_dma_unmap_pages+0x2c/0x410 [nvsim]
+[   83.547071]  p2pclient_unmap+0x14c/0x1f0 [p2pclient]
+[   83.547800]  </TASK>
+"""
+        marker = "bug=nvsim:nvidia_p2p_dma_unmap_pages"
+        self.assertEqual(report.scan(lines(region(marker, bug))), ([], [], []))
+        unexpected, _, _ = report.scan(lines(region("bug=p2pclient:p2pclient_other", bug)))
+        self.assertEqual([u[1] for u in unexpected], ["bug"])
 
     def test_the_lock_cycle_is_read_from_the_chain(self):
         body = report.body(lines(LOCKDEP_CLIENT), 1, "lockdep")
@@ -572,7 +624,8 @@ class FailnthTest(unittest.TestCase):
     """A fail-nth walk must fail allocations of gdrpeer's own code."""
 
     def judge(self, log, results):
-        return report.failnth_problems(results, report.Scan(lines(log)).faults)
+        s = report.Scan(lines(log))
+        return report.failnth_problems(results, s.faults, s.begun)
 
     def test_a_walk_failing_gdrpeer_allocations_passes(self):
         log = walk_log("gdrpeer-failnth-pin-miss", fault(IN_KERNEL), fault(IN_GDRPEER),
@@ -603,6 +656,16 @@ class FailnthTest(unittest.TestCase):
         log += walk_log("gdrpeer-failnth-pin-hit", fault(IN_GDRPEER))
         self.assertEqual(self.judge(log, [("PASS", "gdrpeer-failnth-pin-hit-4-and-6-pages")]), [])
         self.assertEqual(len(self.judge(log, [("PASS", "gdrpeer-failnth-pin-deb-7.2")])), 1)
+
+    def test_a_walk_is_not_credited_with_a_shorter_named_walk_s_failures(self):
+        # gdrpeer-failnth-gdrnic-reg-dmabuf failed nothing; gdrpeer-failnth-gdrnic-reg,
+        # a prefix of its name, did.
+        log = walk_log("gdrpeer-failnth-gdrnic-reg", fault(IN_GDRPEER))
+        log += walk_log("gdrpeer-failnth-gdrnic-reg-dmabuf")
+        problems = self.judge(log, [("PASS", "gdrpeer-failnth-gdrnic-reg"),
+                                    ("PASS", "gdrpeer-failnth-gdrnic-reg-dmabuf")])
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("gdrpeer-failnth-gdrnic-reg-dmabuf: no allocation", problems[0])
 
     def test_failed_and_skipped_walks_are_judged_by_their_result(self):
         log = walk_log("gdrpeer-failnth-open")

@@ -403,6 +403,9 @@ fn run(cli: &Cli) -> Result<u8, CliError> {
         Command::Dmabuf { alloc, .. } => {
             alloc.range()?;
         }
+        Command::Events { sizes, .. } if sizes.contains(&0) => {
+            return Err(CliError::Usage("--alloc must be at least 1 byte".into()));
+        }
         Command::GdrdrvInfo { path } => return gdrdrv_info(path, json).map(|()| 0),
         _ => {}
     }
@@ -631,7 +634,10 @@ fn info(dev: &Device, path: &str, json: bool) {
                     s += &format!("{:<22}{v}\n", format!("{k}:"));
                 }
             }
-            None => s += "limits:               need root (debugfs gdrpeer/params)\n",
+            None => {
+                s += "limits:               not readable (debugfs gdrpeer/params: root, \
+                      debugfs mounted)\n"
+            }
         }
         s
     });

@@ -108,6 +108,14 @@ fn ranges_outside_the_allocation_are_usage_errors() {
     }
 }
 
+/// `events --alloc 0` is a usage error before anything loads CUDA, as `pin`'s is.
+#[test]
+fn events_of_an_empty_allocation_are_a_usage_error() {
+    let cli = parse(&["events", "--alloc", "65536", "--alloc", "0"]).unwrap();
+    let e = run(&cli).unwrap_err();
+    assert_eq!(e.status(), USAGE, "{e}");
+}
+
 #[test]
 fn an_address_to_pin_is_refused_with_why() {
     // As older versions took it: VA LEN (PCI).

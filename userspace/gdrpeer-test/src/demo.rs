@@ -11,7 +11,7 @@ use crate::nic::Nic;
 use crate::sanity::c;
 use gdrpeer::regcache::PointerInfo;
 use gdrpeer::{PinFlags, Stats};
-use nvsim::testing::{debugfs, errno, stat, TestResult};
+use nvsim::testing::{debugfs, errno, freed_page_writes, stat, TestResult};
 use nvsim::Gpu;
 
 fn show_stats(s: &Stats) {
@@ -159,7 +159,7 @@ pub fn nic() -> TestResult {
 /// the mapping, after the free, kills it with SIGBUS, which this process reports.
 pub fn mmap() -> TestResult {
     use std::os::unix::process::ExitStatusExt;
-    let writes = stat("freed_page_writes")?;
+    let writes = freed_page_writes()?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let status = std::process::Command::new(exe)
         .arg("--demo-mmap-child")
@@ -174,7 +174,7 @@ pub fn mmap() -> TestResult {
         ),
         _ => return Err(format!("the program ended otherwise: {status}")),
     }
-    let now = stat("freed_page_writes")?;
+    let now = freed_page_writes()?;
     println!("    nvsim: {} writes into freed GPU pages", now - writes);
     if now != writes {
         return Err("a write reached freed GPU memory".into());
@@ -349,7 +349,7 @@ pub fn dmabuf() -> TestResult {
     show_dmabuf_counters()?;
     println!(
         "    nvsim: {} writes into freed GPU pages",
-        stat("freed_page_writes")?
+        freed_page_writes()?
     );
     Ok(())
 }
@@ -398,7 +398,7 @@ pub fn dmabuf_pinned() -> TestResult {
     let (inval, callbacks, writes) = (
         crate::nic::nstat("dmabuf_invalidations")?,
         stat("callbacks_fired")?,
-        stat("freed_page_writes")?,
+        freed_page_writes()?,
     );
     cu.mem_free(p).map_err(c)?;
     let (inval, callbacks) = (
@@ -431,7 +431,7 @@ pub fn dmabuf_pinned() -> TestResult {
     crate::helpers::gdrpeer_idle()?;
     let (pins, wrote) = (
         stat("persistent_pins_live")?.wrapping_sub(pins0),
-        stat("freed_page_writes")?.wrapping_sub(writes),
+        freed_page_writes()?.wrapping_sub(writes),
     );
     println!("    nvsim: {pins} persistent pin(s), {wrote} writes into freed GPU pages");
     if (pins, wrote) != (0, 0) {

@@ -44,7 +44,7 @@
 //! Commands the VFS handles before any driver (FIOCLEX, FIONBIO, FIFREEZE, FS_IOC_*, ...)
 //! are never sent: their ioctl types are skipped ([`VFS_TYPES`]).
 
-use crate::helpers::{edu, eventually, gdrpeer_idle, K64};
+use crate::helpers::{edu, eventually, gdrpeer_idle, report_dma_map_window, K64};
 use crate::nic::{self, Nic};
 use crate::sigbus::{self, Probe};
 use gdrpeer::{gdrdrv, uapi, Device, EventKind, EventSource};
@@ -1142,6 +1142,7 @@ pub fn run(args: &[String]) -> TestResult {
             Ok(nic::nstat("registrations")? == 0 && nic::nstat("dmabuf_imports")? == 0)
         })?;
     }
+    report_dma_map_window()?;
     harness::nvsim_counters_back_to_zero()?;
     let n = f.calls.load(Relaxed);
     println!(

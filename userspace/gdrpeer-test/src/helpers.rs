@@ -523,3 +523,13 @@ pub fn delayed_call_asleep() -> TestResult {
         Ok(nvsim::testing::stat("calls_delayed")? == 1)
     })
 }
+
+/// Prints how often a stress or fuzzing run entered the DMA-mapping window (nvsim's
+/// `dma_map_window`: a DMA_MAP racing the free of its memory; design.rst, "The DMA-mapping
+/// window"), which such a run may do by chance, and clears the counter for the checks after
+/// it.
+pub fn report_dma_map_window() -> TestResult {
+    let n = harness::take("dma_map_window")?;
+    println!("DMA-mapping window entered: {n} dma_map_pages calls");
+    Ok(())
+}

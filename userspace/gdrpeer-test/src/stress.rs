@@ -25,7 +25,7 @@
 //! Run in the test guest with nvsim.ko, gdrpeer.ko and gdrnic.ko loaded (gdrnic optional).
 
 use crate::helpers::ErrnoOf;
-use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, K64};
+use crate::helpers::{edu, eventually, gdrpeer_idle, gstats, report_dma_map_window, K64};
 use crate::nic::{Nic, DMABUF_KAPI, DMABUF_KAPI_PERSISTENT, DMABUF_PINNED, DMABUF_PINNED_NOREVOKE};
 use crate::sigbus::{self, Probe, SIGBUS_EXIT};
 use gdrpeer::{gdrdrv::Gdrdrv, uapi, Device, Dmabuf, EventSource, PciAddress, PinFlags};
@@ -48,6 +48,12 @@ use std::{
 };
 
 /// The operations, in the order of [`WEIGHTS`].
+/// The suffix of a kind's count of successes in a worker's `progress` line.
+const OK: &str = ".ok";
+
+/// Below this many operations a run need not see every kind succeed.
+const OPS_FOR_EVERY_KIND: u64 = 5_000;
+
 const KINDS: [&str; 24] = [
     "alloc",
     "cumemfree",
@@ -233,6 +239,8 @@ struct Shared {
     allocs: Mutex<Vec<Alloc>>,
     done: AtomicU64,
     counts: [AtomicU64; KINDS.len()],
+    /// Of `counts`, the operations that did something and succeeded.
+    oks: [AtomicU64; KINDS.len()],
     peer: Option<PciAddress>,
     nic: bool,
     /// The module queues invalidation events ([`events_supported`]).
@@ -311,6 +319,8 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
     let mut imports: Vec<(u32, u64)> = Vec::new();
     for _ in 0..ops {
         let kind = pick(&mut rng);
+        // Set where there was nothing to do the operation on.
+        let mut idle = false;
         let name = KINDS[kind];
         let alloc = {
             let a = sh.allocs.lock().unwrap();
@@ -479,9 +489,15 @@ fn worker_thread(sh: &Shared, seed: u64, ops: u64, slot: usize) {
             }
             ("fork", Some(a), Some(d)) => fork_child_pins(d.as_fd().as_raw_fd(), a.va),
             ("stats", _, Some(d)) => d.stats().map(|_| ()).map_err(errno_of),
-            // Nothing to do it on: counts as done.
-            _ => Ok(()),
+            // Nothing to do it on: counts as done, not as a success.
+            _ => {
+                idle = true;
+                Ok(())
+            }
         };
+        if r.is_ok() && !idle {
+            sh.oks[kind].fetch_add(1, Relaxed);
+        }
         if let Err(e) = r {
             if !expected(name, e) {
                 let _ = writeln!(std::io::stdout().lock(), "unexpected: {name}: {e}");
@@ -588,6 +604,7 @@ pub fn worker(args: &[String]) -> TestResult {
         allocs: Mutex::new(Vec::new()),
         done: AtomicU64::new(0),
         counts: Default::default(),
+        oks: Default::default(),
         peer: edu().ok(),
         nic: std::path::Path::new("/dev/gdrnic").exists(),
         events: events_supported()?,
@@ -605,6 +622,12 @@ pub fn worker(args: &[String]) -> TestResult {
             .iter()
             .zip(&sh.counts)
             .map(|(k, c)| format!("{k}={}", c.load(Relaxed)))
+            .chain(
+                KINDS
+                    .iter()
+                    .zip(&sh.oks)
+                    .map(|(k, c)| format!("{k}{OK}={}", c.load(Relaxed))),
+            )
             .collect();
         let done = sh.done.load(Relaxed);
         let _ = writeln!(
@@ -829,9 +852,15 @@ pub fn run(args: &[String]) -> TestResult {
             done as f64 / secs
         );
         println!("  operations done          {done}");
-        let mut kinds: Vec<_> = counts.iter().collect();
+        let mut kinds: Vec<_> = counts.iter().filter(|(k, _)| !k.ends_with(OK)).collect();
         kinds.sort();
-        let by_kind: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let by_kind: Vec<String> = kinds
+            .iter()
+            .map(|(k, v)| {
+                let ok = counts.get(&format!("{k}{OK}")).copied().unwrap_or(0);
+                format!("{k} {v} ({ok} ok)")
+            })
+            .collect();
         println!("    by kind                {}", by_kind.join(", "));
         println!("  processes killed (-9)    {kills}");
         println!("  fault errno switches     {fault_switches}");
@@ -868,12 +897,49 @@ pub fn run(args: &[String]) -> TestResult {
             println!("    {u}");
         }
         check!(done >= ops * 9 / 10, "only {done} of {ops} operations done");
+        // A run whose pins all failed, or whose devices did not open, would be done too:
+        // every kind the machine offers must have succeeded, and the cache, the callbacks
+        // and the ENOMEM eviction must have worked.
+        if ops >= OPS_FOR_EVERY_KIND {
+            let mut wanted = vec!["pin", "unpin", "info", "get_pages", "map", "export"];
+            if edu().is_ok() {
+                wanted.push("dma_map");
+            }
+            if std::path::Path::new(gdrpeer::gdrdrv::DEFAULT_PATH).exists() {
+                wanted.extend(["gdrdrv_pin", "gdrdrv_unpin", "gdrdrv_map"]);
+            }
+            if std::path::Path::new("/dev/gdrnic").exists() {
+                wanted.extend(["nic", "import", "kapi_import", "dmabuf_xfer"]);
+            }
+            let never: Vec<&str> = wanted
+                .into_iter()
+                .filter(|k| counts.get(&format!("{k}{OK}")).copied().unwrap_or(0) == 0)
+                .collect();
+            check!(
+                never.is_empty(),
+                "operations that never succeeded: {never:?}"
+            );
+            for (what, n) in [
+                (
+                    "callbacks fired",
+                    counter_deltas(&nv0, &nv1, "callbacks_fired"),
+                ),
+                ("cache hits", counter_deltas(&g0, &g1, "hits")),
+                (
+                    "ENOMEM evict-and-retry",
+                    counter_deltas(&g0, &g1, "evictions_enomem"),
+                ),
+            ] {
+                check!(n > 0, "{what}: none in {ops} operations");
+            }
+        }
         check!(
             unexpected.is_empty(),
             "{} unexpected errors",
             unexpected.len()
         );
         check!(lost == 0, "left behind: {left:?}");
+        report_dma_map_window()?;
         harness::nvsim_counters_back_to_zero()
     })();
     for f in FAULTS {

@@ -8,7 +8,8 @@
 
 use crate::{expect_err, in_other_process, pin_ok, wait_revoked, EINVAL, K64};
 use nvsim::testing::{
-    client, debugfs, stat, status, take_client_errors, with_debugfs, with_param, TestResult,
+    client, debugfs, stat, status, take_client_errors, take_counter, with_debugfs, with_param,
+    TestResult,
 };
 use nvsim::Gpu;
 use nvsim::{check, check_eq};
@@ -222,20 +223,18 @@ pub fn dma_map_of_a_freed_table_is_a_client_error() -> TestResult {
     let (va, id) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     debugfs("free", &id.to_string())?;
-    let window = stat("dma_map_window")?;
     check_eq!(
         status(&format!("map_stale {} gpu", p.handle))?,
         EFAULT,
         "dma_map_pages of a freed table"
     );
-    check_eq!(
-        stat("dma_map_window")? - window,
+    take_counter(
+        "dma_map_window",
         1,
-        "maps of a table freed before the call, counted"
-    );
+        "maps of a table freed before the call, counted",
+    )?;
     take_client_errors(0, "a map of a freed table")?;
     // Freed while the call waits for the lock.
-    let window = stat("dma_map_window")?;
     let (va, id) = gpu.alloc(K64).map_err(errno)?;
     let p = pin_ok(&format!("get {va} {K64}"))?;
     debugfs("dma_map_delay_us", "300000")?;
@@ -252,11 +251,11 @@ pub fn dma_map_of_a_freed_table_is_a_client_error() -> TestResult {
         Ok::<(), String>(())
     })?;
     check_eq!(stat("dma_mappings_live")?, 0, "mappings");
-    check_eq!(
-        stat("dma_map_window")? - window,
+    take_counter(
+        "dma_map_window",
         1,
-        "maps counted in the DMA-mapping window"
-    );
+        "maps counted in the DMA-mapping window",
+    )?;
     take_client_errors(0, "a map of a table freed while it waited")
 }
 

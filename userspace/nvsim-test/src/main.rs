@@ -507,6 +507,10 @@ const TESTS: &[Test] = &[
         vmm_closing_the_file_frees,
     ),
     (
+        "nvsim-vmm-and-alloc-refuse-wrapping-and-cutting-ranges",
+        vmm_and_alloc_refuse_wrapping_and_cutting_ranges,
+    ),
+    (
         "nvsim-persistent-flags-force-bar1",
         persistent_flags_force_bar1,
     ),
@@ -589,6 +593,58 @@ const REPORTING: &[Test] = &[
         driver::read_of_a_table_after_its_callback,
     ),
 ];
+
+/// Ranges and sizes that wrap, and an unmap that cuts a later mapping, are refused whole
+/// (cuMemAlloc's, cuMemMap's and cuMemUnmap's answers): nothing is allocated, mapped or
+/// unmapped. And a mapping that outlives the file of its reservation unmaps cleanly (the
+/// address space it leaves empty is not read after its free: KASAN).
+fn vmm_and_alloc_refuse_wrapping_and_cutting_ranges() -> TestResult {
+    const M2: u64 = 2 << 20;
+    let einval = |r: Result<(), rustix::io::Errno>, what: &str| {
+        check_eq!(r.map_err(|e| e.raw_os_error()), Err(22), what);
+        Ok(())
+    };
+    let gpu = Gpu::open().map_err(errno)?;
+    einval(
+        gpu.alloc(u64::MAX).map(|_| ()),
+        "an allocation of 2^64 - 1 bytes",
+    )?;
+    check_eq!(stat("allocations_live")?, 0, "allocations");
+    let h = gpu.vmm_create(M2).map_err(errno)?;
+    let r = gpu.vmm_reserve(2 * M2).map_err(errno)?;
+    einval(
+        gpu.vmm_map(u64::MAX - M2 + 1, M2, h).map(|_| ()),
+        "a map whose end wraps",
+    )?;
+    // Two mappings; an unmap covering the first and half the second unmaps neither.
+    let h2 = gpu.vmm_create(M2).map_err(errno)?;
+    gpu.vmm_map(r, M2, h).map_err(errno)?;
+    gpu.vmm_map(r + M2, M2, h2).map_err(errno)?;
+    einval(
+        gpu.vmm_unmap(r, M2 + K64),
+        "an unmap that cuts the second mapping",
+    )?;
+    let p = pin_ok(&format!("get {r} {K64}"))?;
+    check!(
+        client(&format!("state {}", p.handle))?.starts_with("revoked=0"),
+        "the refused unmap called the first mapping's pin back"
+    );
+    gpu.vmm_unmap(r, 2 * M2).map_err(errno)?;
+    check!(
+        client(&format!("state {}", p.handle))?.starts_with("revoked=1"),
+        "the unmap did not call the pin back"
+    );
+    gpu.vmm_unreserve(r, 2 * M2).map_err(errno)?;
+    // A reservation of one file, mapped through another, closed under the mapping.
+    let other = Gpu::open().map_err(errno)?;
+    let r = other.vmm_reserve(M2).map_err(errno)?;
+    gpu.vmm_map(r, M2, h).map_err(errno)?;
+    drop(other);
+    gpu.vmm_unmap(r, M2).map_err(errno)?;
+    gpu.vmm_release(h).map_err(errno)?;
+    gpu.vmm_release(h2).map_err(errno)?;
+    Ok(())
+}
 
 /// Process exit (the file's close) unmaps VMM memory, calling back its pins; a persistent
 /// pin keeps the physical memory until it is released.

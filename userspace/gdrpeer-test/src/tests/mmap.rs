@@ -289,7 +289,7 @@ fn mmap_access_after_free_is_sigbus() -> TestResult {
 /// written nothing into the freed pages (nvsim's `freed_page_writes`, checked here and after
 /// every test).
 fn mmap_two_mappings_one_freed_the_other_keeps_working() -> TestResult {
-    let writes = harness::stat("freed_page_writes")?;
+    let writes = harness::freed_page_writes()?;
     dies_of_sigbus("the child touching the freed buffer's mapping", || {
         let gpu = Gpu::open().map_err(errno)?;
         let (freed, id) = gpu.alloc(2 * K64).map_err(errno)?;
@@ -312,7 +312,7 @@ fn mmap_two_mappings_one_freed_the_other_keeps_working() -> TestResult {
         Err("wrote through the freed buffer's mapping".to_string())
     })?;
     check_eq!(
-        harness::stat("freed_page_writes")?,
+        harness::freed_page_writes()?,
         writes,
         "writes into freed pages"
     );

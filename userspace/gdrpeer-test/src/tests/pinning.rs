@@ -11,7 +11,7 @@ use crate::helpers::{
     p2pclient_addresses, param, pin_args, raw_pin, without_rawio, K64,
 };
 use gdrpeer::{uapi, PinFlags, PinState};
-use nvsim::testing::{errno, stat, Test, TestResult};
+use nvsim::testing::{errno, stat, Test, TestResult, SKIP};
 use nvsim::{check, check_eq, Gpu};
 use rustix::{fd::AsFd, io::Errno, ioctl};
 
@@ -191,13 +191,24 @@ fn get_pages_needs_room_and_rawio() -> TestResult {
     ok(d.unpin(p.handle), "unpin")
 }
 
+/// A persistent pin's refusal: a skip where nvsim was told to refuse persistent pins
+/// (debugfs `refuse_persistent`), else a failure (nvsim offers them, and gdrpeer is built
+/// with them).
+fn persistent_refused(e: &gdrpeer::Error) -> TestResult {
+    let refusing = std::fs::read_to_string("/sys/kernel/debug/nvsim/refuse_persistent")
+        .is_ok_and(|v| v.trim() == "Y");
+    match refusing && e.errno_of() == Some(Errno::OPNOTSUPP) {
+        true => Err(format!("{SKIP}persistent pins refused by nvsim: {e}")),
+        false => Err(format!("persistent pin: {e}")),
+    }
+}
+
 fn persistent_pins() -> TestResult {
     let gpu = Gpu::open().map_err(errno)?;
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
     match d.pin(va, K64, PinFlags::PERSISTENT) {
-        Err(e) if e.errno_of() == Some(Errno::OPNOTSUPP) => Ok(()),
-        Err(e) => Err(format!("persistent pin: {e}")),
+        Err(e) => persistent_refused(&e),
         Ok(p) => {
             check_eq!(stat("persistent_pins_live")?, 1, "persistent pins");
             // A persistent pin is not a hit for a callback pin of the same range.
@@ -223,8 +234,8 @@ fn persistent_pin_after_a_free_pins_the_new_memory() -> TestResult {
     let (va, _) = gpu.alloc(K64).map_err(errno)?;
     let d = dev()?;
     let p = match d.pin(va, K64, PinFlags::PERSISTENT) {
-        Err(e) if e.errno_of() == Some(Errno::OPNOTSUPP) => return Ok(()),
-        r => ok(r, "persistent pin")?,
+        Err(e) => return persistent_refused(&e),
+        Ok(p) => p,
     };
     ok(d.unpin(p.handle), "unpin")?;
     gpu.free(va).map_err(errno)?;
