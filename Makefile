@@ -75,7 +75,8 @@ kdir-check:
 
 # Installation (Documentation/dev/building.rst). DESTDIR stages everything under
 # another root; INSTALL_MOD_PATH, for the module, defaults to it.
-#   gdrpeer.ko        $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)/
+#   gdrpeer.ko        $(INSTALL_MOD_PATH)/lib/modules/<release>/$(INSTALL_MOD_DIR)/src/
+#                     (the kernel's modules_install keeps the path under M=)
 #   uAPI header       $(includedir)/gdrpeer/gdrpeer.h
 #   kernel API        $(GDRPEER_SRCDIR)/include/gdrpeer-kapi.h (and uapi/gdrpeer.h)
 #   Module.symvers    $(GDRPEER_SRCDIR)/<release>/Module.symvers, for NIC drivers
