@@ -866,8 +866,15 @@ impl Fuzzer {
         // arena or invalid; nothing else of ours is reachable through it.
         let r = unsafe { libc::ioctl(fd, cmd as _, arg as usize) };
         let name = if r < 0 {
-            Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-                .to_string()
+            let e = Errno::from_raw_os_error(
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            );
+            if !documented_errno(cmd, e) {
+                self.wrong.lock().unwrap().push(format!(
+                    "ioctl {cmd:#010x}: {e}, which uapi.rst does not give it"
+                ));
+            }
+            e.to_string()
         } else {
             "success".to_string()
         };
@@ -885,6 +892,32 @@ impl Fuzzer {
         self.calls.fetch_add(1, Relaxed);
         *self.errnos.lock().unwrap().entry(name).or_default() += 1;
     }
+}
+
+/// Whether Documentation/user/uapi.rst gives `cmd` the errno `e` (its commands' "Errors",
+/// the bad-input table, the allocation-failure row) for a caller that opened the file.
+fn documented_errno(cmd: u32, e: Errno) -> bool {
+    // Any command: its size field or padding (EINVAL), its argument pointer (EFAULT).
+    let any = [Errno::INVAL, Errno::FAULT];
+    let more: &[Errno] = match cmd {
+        uapi::IOCTL_GET_VERSION | uapi::IOCTL_UNPIN | uapi::IOCTL_GET_INFO | uapi::IOCTL_STATS => {
+            &[]
+        }
+        uapi::IOCTL_PIN => &[Errno::NOMEM, Errno::NXIO, Errno::OPNOTSUPP],
+        uapi::IOCTL_GET_PAGES => &[Errno::PERM, Errno::NOSPC, Errno::NXIO],
+        uapi::IOCTL_DMA_MAP => &[
+            Errno::PERM,
+            Errno::NODEV,
+            Errno::OPNOTSUPP,
+            Errno::NXIO,
+            Errno::NOSPC,
+            Errno::NOMEM,
+        ],
+        uapi::IOCTL_EXPORT_DMABUF => &[Errno::NOMEM, Errno::NXIO, Errno::OPNOTSUPP, Errno::MFILE],
+        // Not a command of gdrpeer's, or one of its numbers with another size.
+        _ => return e == Errno::NOTTY,
+    };
+    any.contains(&e) || more.contains(&e)
 }
 
 /// `what` and the outcome of a call that returned `r` (errno when negative).
@@ -1176,7 +1209,7 @@ pub fn run(args: &[String]) -> TestResult {
     }
     check!(
         wrong.is_empty(),
-        "{} outcomes not documented (mmap, touch, events)",
+        "{} outcomes not documented (ioctls, mmap, touch, events)",
         wrong.len()
     );
     Ok(())
