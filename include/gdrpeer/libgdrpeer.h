@@ -21,7 +21,9 @@
  *
  * Threads: a gdrpeer_t may be used from any thread of the process that
  * opened it, several at once; only gdrpeer_close() must not race the others.
- * A forked child or a process that received the descriptor gets -EACCES.
+ * A forked child or a process that received the descriptor gets -EACCES
+ * from every call but gdrpeer_version() (and gdrpeer_unmap(), which unmaps
+ * nothing in a child).
  *
  * Pointers: unless said otherwise, a pointer argument must be valid for what
  * the function reads or writes through it for the duration of the call, and
@@ -128,8 +130,8 @@ uint32_t gdrpeer_library_abi_version(void);
 
 /*
  * Pins [va, va + len) of this process's GPU memory (cuMemAlloc'd), widened
- * to whole 64 KiB GPU pages; flags are GDRPEER_LIB_PIN_*. out (may be NULL)
- * receives the handle and the window. The pin lasts until gdrpeer_unpin()
+ * to whole 64 KiB GPU pages; flags are GDRPEER_LIB_PIN_*. *out receives the
+ * handle and the window (out NULL: -EINVAL, nothing pinned). The pin lasts until gdrpeer_unpin()
  * or gdrpeer_close(); when the driver frees the memory it is revoked (an
  * event is queued) and must still be unpinned.
  */
@@ -156,21 +158,27 @@ int gdrpeer_get_pages(const gdrpeer_t *g, uint64_t handle, uint64_t *addrs, uint
  * The DMA addresses of the handle's pages as the PCI device peer
  * ("DDDD:BB:DD.F", as lspci -D writes it; a NUL-terminated string) sees
  * them, mapping them for it (through its IOMMU) on first use; addrs, count
- * and written as for gdrpeer_get_pages(). Needs CAP_SYS_RAWIO; -ENODEV when
- * no device has that address.
+ * and written as for gdrpeer_get_pages(): an array too short gives -ENOSPC
+ * after the pages were mapped for the device, which stay mapped as the
+ * region's. Needs CAP_SYS_RAWIO; -ENODEV when no device has that address.
  */
 int gdrpeer_dma_map(const gdrpeer_t *g, uint64_t handle, const char *peer, uint64_t *addrs,
 		    uint32_t count, uint32_t *written);
 
 /*
  * Maps len bytes of the handle's window from byte offset (a multiple of
- * 4 KiB) for CPU access, shared, read-write; *out (out must not be NULL)
+ * the page size, 4 KiB on x86) for CPU access, shared, read-write; *out (out
+ * must not be NULL)
  * receives the address. Cached where NVIDIA's page table marks the memory
  * CPU-cacheable, write-combining otherwise: after stores, a store fence
  * (sfence, or any full fence) makes them visible. The caller's address va
  * of a pin is at byte pin.offset of the window. After gdrpeer_unpin() of the
  * handle or the memory being freed, access raises SIGBUS. Unmap with
- * gdrpeer_unmap() (or munmap(2)).
+ * gdrpeer_unmap(), not munmap(2): the library lists its mappings, and a
+ * range munmap(2) gave back stays listed, so a later gdrpeer_unmap() of it
+ * would unmap whatever was mapped there since. -EOVERFLOW for a handle of
+ * 2^24 or more: handles count up from 1 with every pin of a gdrpeer_t, so
+ * one that pinned 16 million times must be reopened to map again.
  */
 int gdrpeer_map(const gdrpeer_t *g, uint64_t handle, uint64_t offset, size_t len, void **out);
 
@@ -205,7 +213,8 @@ int gdrpeer_export_dmabuf_range(const gdrpeer_t *g, uint64_t va, uint64_t len, u
  * Reads up to max queued revocation events (module ABI 1.3) into events,
  * which has room for max records (max > 0), oldest first; each event is
  * returned once. Waits up to timeout_ms milliseconds for one (0: not at all,
- * -1: for ever). Returns the number read, 0 if none came in time. A signal
+ * a negative value: for ever; a descriptor the caller made O_NONBLOCK
+ * answers -EAGAIN instead of waiting). Returns the number read, 0 if none came in time. A signal
  * does not end the wait: it goes on for the time left. With a timeout, a
  * module of ABI 1.6 or later is never waited on past it, also when threads
  * read one gdrpeer_t at once; before 1.6 a thread that another beat to the

@@ -31,18 +31,25 @@
  *    it. DEREG does not take it: the xarray's own lock hands a handle's
  *    registration out once.
  * 2. gdrnic_dev.engine_lock (mutex): the DMA engine and its buffers, held for
- *    one chunk of a transfer (at most two edu DMAs). Never held around a
- *    gdrpeer_* call, so the invalidate callback may take it: once it has, no
- *    DMA of the registration is in flight, and the dead flag it sets (read
- *    under the same lock) keeps any from starting.
+ *    one chunk of a transfer (at most two edu DMAs), which other chunks queue
+ *    for. Never taken by an invalidation: one registration's invalidation
+ *    must not wait for every chunk of the device's queue.
+ * 3. gdrnic_mr.dma_lock (mutex), after lock 2: a kernel-API registration's
+ *    DMA, held by its chunk around the dead check and the DMA. The
+ *    invalidate callback takes it alone: once it has, no DMA of the
+ *    registration is in flight, and the dead flag it sets keeps any from
+ *    starting; it waits for that registration's one chunk in flight at most.
  *
- * A dma-buf import's reservation lock comes before lock 2: each chunk of a
- * transfer holds it around the DMA, and the import's invalidate op, which
- * the exporter calls with it held, unmaps there. So once an invalidation has
- * returned, no DMA uses the old addresses.
+ * A dma-buf import's reservation lock comes after lock 2: each chunk of a
+ * transfer takes the engine, then the reservation, around the mapping and
+ * the DMA, and the import's invalidate op, which the exporter calls with the
+ * reservation held, unmaps there. So once an invalidation has returned, no
+ * DMA uses the old addresses, and no chunk holds the reservation while it
+ * queues for the engine (the exporter's revocation would wait for the queue).
  *
  * The invalidate callback runs under the NVIDIA driver's global lock: it
- * waits for at most one chunk in flight and takes nothing else.
+ * waits for at most one chunk in flight, its registration's, and takes
+ * nothing else.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -133,7 +140,8 @@ struct gdrnic_mr {
 	struct gdrpeer_mr *mr;
 	struct gdrpeer_mr_info info;
 	u64 va, len;
-	bool dead;			/* under nic->engine_lock: invalidated */
+	struct mutex dma_lock;		/* lock 3: a kernel-API registration's DMA */
+	bool dead;			/* under dma_lock: invalidated */
 	/* A dma-buf import instead of @mr; the rest under its reservation lock. */
 	struct dma_buf_attachment *attach;
 	struct sg_table *sgt;		/* the mapping, until invalidated */
@@ -222,10 +230,10 @@ static void gdrnic_invalidate(void *data)
 		mutex_lock(&m->file->lock);
 		mutex_unlock(&m->file->lock);
 	}
-	/* Waits for the chunk in flight, if any; none starts after. */
-	mutex_lock(&m->nic->engine_lock);
+	/* Waits for its chunk in flight, if any; none starts after. */
+	mutex_lock(&m->dma_lock);
 	m->dead = true;
-	mutex_unlock(&m->nic->engine_lock);
+	mutex_unlock(&m->dma_lock);
 	atomic64_inc(&gdrnic_stats.invalidations);
 }
 
@@ -330,6 +338,8 @@ static struct gdrnic_mr *gdrnic_mr_alloc(struct gdrnic_file *f)
 		memset(m, 0, sizeof(*m));
 	else
 		m = kzalloc_obj(*m, GFP_KERNEL);
+	if (m)
+		mutex_init(&m->dma_lock);
 	return m;
 }
 
@@ -611,16 +621,19 @@ static long gdrnic_dereg(struct gdrnic_file *f, u32 __user *uarg)
  * Moves one chunk between the GPU (@gpu, a DMA address for edu) and @bounce,
  * through the engine's buffer and the NIC's host buffer.
  */
-static int gdrnic_chunk(struct gdrnic_mr *m, u64 gpu, void *bounce, u32 n, bool send)
+/* Slows each chunk down, the engine held (debugfs chunk_delay_ms): a queue. */
+static u32 gdrnic_chunk_delay_ms;
+
+/* A chunk's DMA, with the engine held, between GPU address @gpu and @bounce. */
+static int gdrnic_chunk_dma(struct gdrnic_dev *nic, u64 gpu, void *bounce, u32 n, bool send)
 {
-	struct gdrnic_dev *nic = m->nic;
 	int ret;
 
-	mutex_lock(&nic->engine_lock);
+	lockdep_assert_held(&nic->engine_lock);
+	if (gdrnic_chunk_delay_ms)
+		msleep(gdrnic_chunk_delay_ms);
 	if (nic->gone) {
 		ret = -ENODEV;
-	} else if (m->dead) {
-		ret = -ENXIO;
 	} else if (send) {
 		/* GPU -> NIC: the edu device reads the GPU BAR. */
 		ret = edu_dma(nic, gpu, EDU_BUF, n, false) ?:
@@ -635,13 +648,25 @@ static int gdrnic_chunk(struct gdrnic_mr *m, u64 gpu, void *bounce, u32 n, bool 
 	}
 	if (!ret)
 		atomic64_add(n, &gdrnic_stats.gpu_dma_bytes);
-	mutex_unlock(&nic->engine_lock);
+	return ret;
+}
+
+/* A chunk of a kernel-API registration, at GPU address @gpu. */
+static int gdrnic_chunk(struct gdrnic_mr *m, u64 gpu, void *bounce, u32 n, bool send)
+{
+	int ret;
+
+	mutex_lock(&m->nic->engine_lock);
+	mutex_lock(&m->dma_lock);
+	ret = m->dead ? -ENXIO : gdrnic_chunk_dma(m->nic, gpu, bounce, n, send);
+	mutex_unlock(&m->dma_lock);
+	mutex_unlock(&m->nic->engine_lock);
 	return ret;
 }
 
 /*
- * A chunk of a dma-buf import at byte @pos of the dma-buf, with its
- * reservation lock held around the mapping and the DMA.
+ * A chunk of a dma-buf import at byte @pos of the dma-buf: the engine first,
+ * then its reservation lock, held around the mapping and the DMA.
  */
 static int gdrnic_dmabuf_chunk(struct gdrnic_mr *m, u64 pos, void *bounce, u32 n, bool send)
 {
@@ -649,11 +674,13 @@ static int gdrnic_dmabuf_chunk(struct gdrnic_mr *m, u64 pos, void *bounce, u32 n
 	u64 gpu;
 	int ret;
 
+	mutex_lock(&m->nic->engine_lock);
 	dma_resv_lock(resv, NULL);
 	ret = gdrnic_dmabuf_map(m) ?: gdrnic_dmabuf_addr(m, pos, n, &gpu);
 	if (!ret)
-		ret = gdrnic_chunk(m, gpu, bounce, n, send);
+		ret = gdrnic_chunk_dma(m->nic, gpu, bounce, n, send);
 	dma_resv_unlock(resv);
+	mutex_unlock(&m->nic->engine_lock);
 	return ret;
 }
 
@@ -674,7 +701,12 @@ static long gdrnic_xfer(struct gdrnic_file *f, void __user *uarg, bool send)
 	m = gdrnic_mr_get(f, a.handle);
 	if (!m)
 		return -ENOENT;
-	if (check_add_overflow(a.offset, a.len, &end) || end > m->len) {
+	/*
+	 * A registration made for another function (debugfs reg_peer) has that
+	 * function's DMA addresses, not edu's: edu must not use them.
+	 */
+	if ((!m->attach && f->peer != f->nic->pdev) ||
+	    check_add_overflow(a.offset, a.len, &end) || end > m->len) {
 		ret = -EINVAL;
 		goto out;
 	}
@@ -1846,6 +1878,7 @@ static int __init gdrnic_init(void)
 	debugfs_create_bool("remove_leaves_files", 0600, gdrnic_dir,
 			    &gdrnic_remove_leaves_files);
 	debugfs_create_u32("reg_peer", 0600, gdrnic_dir, &gdrnic_reg_peer);
+	debugfs_create_u32("chunk_delay_ms", 0600, gdrnic_dir, &gdrnic_chunk_delay_ms);
 	ret = pci_register_driver(&gdrnic_driver);
 	if (ret)
 		debugfs_remove_recursive(gdrnic_dir);

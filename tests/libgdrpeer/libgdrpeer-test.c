@@ -252,6 +252,10 @@ static int check_bad_input(gdrpeer_t *g)
 		return -1;
 	if (cuMemAlloc_v2(&alloc, GPU_PAGE) != CUDA_SUCCESS)
 		return failf("cuMemAlloc failed");
+	/* A pin whose handle the caller could not get back is not made. */
+	if (expect_error("PIN with out NULL", gdrpeer_pin(g, alloc, GPU_PAGE, 0, NULL), EINVAL,
+			 "out is NULL"))
+		goto free;
 	if (gdrpeer_pin(g, alloc, GPU_PAGE, 0, &pin)) {
 		failf("gdrpeer_pin: %s", gdrpeer_last_error());
 		goto free;

@@ -249,6 +249,10 @@ pub unsafe extern "C" fn gdrpeer_pin(
     if flags & !(gdrpeer::uapi::PIN_PERSISTENT | gdrpeer::uapi::PIN_NOCACHE) != 0 {
         return bad_arg("gdrpeer_pin: unknown flags");
     }
+    if out.is_null() {
+        // The pin would be made and its handle lost until gdrpeer_close().
+        return bad_arg("gdrpeer_pin: out is NULL: the pin's handle would be lost");
+    }
     // SAFETY: the caller's contract.
     match unsafe { with(g, "gdrpeer_pin: no device", |d| d.pin(va, len, f)) } {
         Ok(p) => {

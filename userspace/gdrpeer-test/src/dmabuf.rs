@@ -447,6 +447,78 @@ fn free_waits_for_a_slow_importer() -> TestResult {
     n.dereg(mr.handle).map_err(errno)
 }
 
+/// One registration's invalidation waits for its own chunk in flight at most, not for the
+/// NIC's queue. While another registration's chunk holds gdrnic's engine for 3 s
+/// (`chunk_delay_ms`), the free of a kernel-API registration's memory with no chunk in flight
+/// returns at once (its callback takes that registration's lock alone), and so does the free
+/// of a dma-buf import's memory whose chunk queues for the engine (the chunk takes the
+/// reservation lock, which the exporter's revocation takes, only once it has the engine).
+fn invalidation_waits_for_no_other_chunk() -> TestResult {
+    const HOLD_MS: u64 = 3000;
+    const PROMPT: Duration = Duration::from_millis(1000);
+    let (busy, _) = filled(nvsim::POOL_BLOCK as usize, 21)?;
+    let (mut quiet, _) = filled(nvsim::POOL_BLOCK as usize, 22)?;
+    let (mut queued, _) = filled(nvsim::POOL_BLOCK as usize, 23)?;
+    let (n1, n2, n3) = (nic()?, nic()?, nic()?);
+    let busy_mr = n1.reg(busy.p, K64).map_err(errno)?;
+    let quiet_mr = n3.reg(quiet.p, K64).map_err(errno)?;
+    let buf = ok(dev()?.export_dmabuf_range(queued.p, K64), "EXPORT_DMABUF")?;
+    let queued_mr = n2
+        .reg_dmabuf(buf.fd.as_raw_fd(), 0, 0, K64)
+        .map_err(errno)?;
+    let knob = "/sys/kernel/debug/gdrnic/chunk_delay_ms";
+    std::fs::write(knob, HOLD_MS.to_string()).map_err(|e| format!("{knob}: {e}"))?;
+    let holder = std::thread::spawn(move || {
+        let r = n1.send(busy_mr.handle, 0, 100).map(|_| ());
+        (n1, r)
+    });
+    // The first send holds the engine (it sleeps there), then the import's queues for it.
+    std::thread::sleep(Duration::from_millis(500));
+    let waiter = std::thread::spawn(move || {
+        let r = n2.send(queued_mr.handle, 0, 100).map(|_| ());
+        (n2, r)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let freed = quiet.free();
+    let kapi = start.elapsed();
+    let start = Instant::now();
+    let freed = freed.and_then(|()| queued.free());
+    let dmabuf = start.elapsed();
+    let (n1, held) = holder.join().map_err(|_| "the holding send panicked")?;
+    let (n2, queued_send) = waiter.join().map_err(|_| "the queued send panicked")?;
+    std::fs::write(knob, "0").map_err(|e| format!("{knob}: {e}"))?;
+    freed?;
+    println!(
+        "frees with a {HOLD_MS} ms chunk on the engine: a registration {kapi:?}, \
+         an import whose chunk waited {dmabuf:?}"
+    );
+    check!(
+        kapi < PROMPT,
+        "the free of a registration with no chunk in flight took {kapi:?}, waiting for \
+         another registration's chunk"
+    );
+    check!(
+        dmabuf < PROMPT,
+        "the free of an import whose chunk waits for the engine took {dmabuf:?}, waiting \
+         for that queue"
+    );
+    held.map_err(|e| format!("the send holding the engine: {e}"))?;
+    expect_err(
+        queued_send,
+        Errno::NXIO,
+        "the import's send, revoked while it waited",
+    )?;
+    expect_err(
+        n3.send(quiet_mr.handle, 0, 10),
+        Errno::NXIO,
+        "send after the free",
+    )?;
+    n1.dereg(busy_mr.handle).map_err(errno)?;
+    n2.dereg(queued_mr.handle).map_err(errno)?;
+    n3.dereg(quiet_mr.handle).map_err(errno)
+}
+
 /// How the dma-buf reaches the other process.
 #[derive(Clone, Copy)]
 enum Handover {
@@ -1385,6 +1457,10 @@ pub const TESTS: &[Test] = &[
     (
         "gdrpeer-dmabuf-free-during-receive-writes-no-freed-memory",
         free_during_receive_writes_no_freed_memory,
+    ),
+    (
+        "gdrpeer-dmabuf-invalidation-waits-for-no-other-chunk",
+        invalidation_waits_for_no_other_chunk,
     ),
     (
         "gdrpeer-dmabuf-free-waits-for-a-slow-importer",

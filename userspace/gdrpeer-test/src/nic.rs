@@ -1005,6 +1005,12 @@ fn kept_registration_after_its_peer_went() -> TestResult {
     write(KNOB, "0".into())?;
     let n = n?;
     let mr = n.reg(va, K64).map_err(errno)?;
+    // Its addresses are the other function's: edu may not move bytes with them.
+    expect_err(
+        n.send(mr.handle, 0, 10),
+        Errno::INVAL,
+        "send through a registration for another function",
+    )?;
     n.dereg(mr.handle).map_err(errno)?;
     check_eq!(
         dma_counters()?,

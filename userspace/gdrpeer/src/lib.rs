@@ -154,25 +154,39 @@ impl Mapping {
         self.len == 0
     }
 
+    /// Panics where the mapping is not this process's: a forked child's copy names no
+    /// mapping (the kernel leaves it out of the child), and the range may hold the child's
+    /// own memory.
+    fn assert_owner(&self) {
+        assert!(
+            rustix::process::getpid() == self.owner,
+            "a gdrpeer mapping accessed in a forked child, where it is not mapped"
+        );
+    }
+
     /// Copies `out.len()` bytes from byte `at` of the mapping, one volatile
-    /// read each. Panics past the end.
+    /// read each. Panics past the end, and in a forked child.
     pub fn read(&self, at: usize, out: &mut [u8]) {
+        self.assert_owner();
         assert!(at.checked_add(out.len()).is_some_and(|end| end <= self.len));
         for (i, b) in out.iter_mut().enumerate() {
-            // SAFETY: in bounds (checked above) of a live mapping we own.
+            // SAFETY: in bounds (checked above) of a live mapping of this process's
+            // (checked above too).
             *b = unsafe { self.ptr.add(at + i).read_volatile() };
         }
     }
 
     /// Copies `data` to byte `at` of the mapping, one volatile write each,
     /// then drains the CPU's write-combining buffers (a full fence), so that
-    /// other observers see the bytes. Panics past the end.
+    /// other observers see the bytes. Panics past the end, and in a forked child.
     pub fn write(&self, at: usize, data: &[u8]) {
+        self.assert_owner();
         assert!(at
             .checked_add(data.len())
             .is_some_and(|end| end <= self.len));
         for (i, b) in data.iter().enumerate() {
-            // SAFETY: in bounds (checked above) of a live, writable mapping we own.
+            // SAFETY: in bounds (checked above) of a live, writable mapping of this
+            // process's (checked above too).
             unsafe { self.ptr.add(at + i).write_volatile(*b) };
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
@@ -189,7 +203,9 @@ impl Drop for Mapping {
 // Mapping only unmaps it on drop.
 unsafe impl Send for Mapping {}
 // SAFETY: all access goes through raw pointers and volatile copies, which
-// make no aliasing promises.
+// make no aliasing promises. Two threads copying the same bytes at once race
+// as on any shared memory a device also writes: the bytes are plain device
+// memory, not Rust values.
 unsafe impl Sync for Mapping {}
 
 /// The gdrpeer ioctls, as [`Error::Ioctl`] names them.
@@ -879,6 +895,74 @@ fn call<const OPCODE: Opcode, T: IoctlArg<OPCODE>>(fd: &OwnedFd, arg: &mut T) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A forked child's copy of a Mapping must not touch the address: the kernel leaves the
+    /// mapping out of the child (here: MADV_DONTFORK), and the child's own memory may be
+    /// there. Its write panics, and the child's page keeps its bytes.
+    #[test]
+    fn a_forked_child_s_mapping_is_not_accessed() {
+        use rustix::mm::{madvise, mmap_anonymous, Advice, MapFlags, ProtFlags};
+        const LEN: usize = 4096;
+        // SAFETY: a new anonymous mapping replaces nothing.
+        let p = unsafe {
+            mmap_anonymous(
+                std::ptr::null_mut(),
+                LEN,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }
+        .unwrap();
+        // SAFETY: the mapping just made.
+        unsafe { madvise(p, LEN, Advice::LinuxDontFork) }.unwrap();
+        // SAFETY: a mapping of this process's that only this Mapping unmaps.
+        let m = unsafe { Mapping::from_raw(p.cast(), LEN) };
+        // SAFETY: the child only maps a page, calls write and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                // The child's own page where the parent's mapping was.
+                // SAFETY: the range is free in the child (MADV_DONTFORK).
+                let q = unsafe {
+                    mmap_anonymous(
+                        p,
+                        LEN,
+                        ProtFlags::READ | ProtFlags::WRITE,
+                        MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE,
+                    )
+                };
+                let status = match q {
+                    Ok(q) => {
+                        let wrote = std::panic::catch_unwind(|| m.write(0, &[0xaa]));
+                        // SAFETY: the child's page, just made.
+                        let kept = unsafe { q.cast::<u8>().read() } == 0;
+                        std::mem::forget(m);
+                        match (wrote.is_err(), kept) {
+                            (true, true) => 0,
+                            (false, _) => 1,
+                            (true, false) => 2,
+                        }
+                    }
+                    Err(_) => 3,
+                };
+                // SAFETY: ends the child without running the parent's test harness.
+                unsafe { libc::_exit(status) }
+            }
+            pid => {
+                assert!(pid > 0, "fork failed");
+                let mut status = 0;
+                // SAFETY: waits for the child just forked.
+                assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+                assert!(libc::WIFEXITED(status));
+                assert_eq!(
+                    libc::WEXITSTATUS(status),
+                    0,
+                    "1: the child's write went through; 2: it changed the child's page; \
+                     3: no page could be put at the address"
+                );
+                drop(m);
+            }
+        }
+    }
 
     #[test]
     fn abi_compatibility_rule() {
