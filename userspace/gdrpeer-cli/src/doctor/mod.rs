@@ -1081,6 +1081,13 @@ fn secure_boot(ctx: &Context) -> Finding {
     f
 }
 
+/// Whether a signing key found by its name alone leaves the module's load in doubt: where
+/// signatures are enforced, a new key of an old name (DKMS's after a reinstall) is rejected,
+/// unless the kernel verified the loaded module already.
+fn name_match_unproven(how: &str, enforcing: bool, verified: bool) -> bool {
+    how == "signer name" && enforcing && !verified
+}
+
 fn module_signature(ctx: &Context) -> Finding {
     let c = "module-signature";
     let sys = ctx.sys;
@@ -1169,7 +1176,8 @@ fn module_signature(ctx: &Context) -> Finding {
             })
         });
     // A loaded gdrpeer without taint E was verified by the kernel (when it checks).
-    if ctx.gdrpeer_loaded && !taint.contains('E') && enforcing && found.is_none() {
+    let verified = ctx.gdrpeer_loaded && !taint.contains('E') && enforcing;
+    if verified && found.is_none() {
         f.summary += ", and the kernel verified it at load (no taint E)";
         return f.fact("key_enrolled", true);
     }
@@ -1178,6 +1186,10 @@ fn module_signature(ctx: &Context) -> Finding {
     match found {
         Some((how, whence)) => {
             f.summary += &format!(", a key in {whence} (matched by {how})");
+            if name_match_unproven(how, enforcing, verified) {
+                f.status = Status::Warn;
+                f = f.fix(format!("only a key of the same name was found, not the module's key id: after a reinstall DKMS may sign with a new key of the old name; check with sudo mokutil --test-key /var/lib/dkms/mok.pub, and if it is not enrolled: {dkms_key}"));
+            }
             f.fact("key_enrolled", true)
         }
         None if keys.is_none() && mok.is_none() => {
