@@ -23,7 +23,9 @@
  * opened it, several at once; only gdrpeer_close() must not race the others.
  * A forked child or a process that received the descriptor gets -EACCES
  * from every call but gdrpeer_version() (and gdrpeer_unmap(), which unmaps
- * nothing in a child).
+ * nothing in a child). The library's list of mappings is held across
+ * fork() (pthread_atfork), so a child forked while another thread maps or
+ * unmaps finds it free.
  *
  * Pointers: unless said otherwise, a pointer argument must be valid for what
  * the function reads or writes through it for the duration of the call, and

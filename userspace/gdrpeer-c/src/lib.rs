@@ -23,7 +23,39 @@ use std::{
 /// The mappings `gdrpeer_map` returned and `gdrpeer_unmap` has not unmapped: address, and
 /// length and the process that mapped it. A forked child's copy names mappings the kernel
 /// left out of the child (they are the parent's): there `gdrpeer_unmap` unmaps nothing.
+/// Held across every fork ([`mappings`]).
 static MAPPINGS: Mutex<BTreeMap<usize, (usize, u32)>> = Mutex::new(BTreeMap::new());
+
+type MappingsGuard = std::sync::MutexGuard<'static, BTreeMap<usize, (usize, u32)>>;
+
+thread_local! {
+    /// [`MAPPINGS`]' lock, held by the thread that forks from just before the fork until
+    /// just after it, in the parent and in the child.
+    static HELD_ACROSS_FORK: RefCell<Option<MappingsGuard>> = const { RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let guard = MAPPINGS.lock().unwrap_or_else(|e| e.into_inner());
+    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(guard));
+}
+
+extern "C" fn after_fork() {
+    HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+}
+
+/// [`MAPPINGS`], locked. A child forked while another thread held the lock would inherit
+/// it held by a thread the child does not have, and wait for ever: the lock is taken
+/// before every fork and given back after it, in both processes (pthread_atfork,
+/// registered at the first use).
+fn mappings() -> MappingsGuard {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: the handlers take and give back a lock this thread does not hold when
+        // it forks (no call of this library forks), and touch nothing else.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    });
+    MAPPINGS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// An open `/dev/gdrpeer` (`gdrpeer_t` in C).
 pub struct Gdrpeer {
@@ -402,9 +434,7 @@ pub unsafe extern "C" fn gdrpeer_map(
     match unsafe { with(g, "gdrpeer_map: no device", |d| d.map(handle, offset, len)) } {
         Ok(m) => {
             let (p, len) = m.into_raw();
-            if let Ok(mut maps) = MAPPINGS.lock() {
-                maps.insert(p as usize, (len, std::process::id()));
-            }
+            mappings().insert(p as usize, (len, std::process::id()));
             // SAFETY: the caller's contract; checked not null above.
             unsafe { out.write(p.cast()) };
             0
@@ -419,13 +449,13 @@ pub unsafe extern "C" fn gdrpeer_unmap(addr: *mut c_void, len: usize) -> c_int {
     if addr.is_null() || len == 0 {
         return bad_arg("gdrpeer_unmap: no mapping");
     }
-    let mapped = MAPPINGS
-        .lock()
-        .ok()
-        .and_then(|mut maps| match maps.get(&(addr as usize)) {
+    let mapped = {
+        let mut maps = mappings();
+        match maps.get(&(addr as usize)) {
             Some(&(l, pid)) if l == len => maps.remove(&(addr as usize)).map(|_| pid),
             _ => None,
-        });
+        }
+    };
     match mapped {
         None => bad_arg("gdrpeer_unmap: not a mapping gdrpeer_map returned, of that length"),
         // A forked child's: the kernel left the mapping out of the child.
@@ -549,4 +579,55 @@ pub extern "C" fn gdrpeer_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn gdrpeer_last_errno() -> c_int {
     LAST.with(|l| l.borrow().0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child forked while another thread holds the list of mappings (inside
+    /// `gdrpeer_unmap` or `gdrpeer_map`) can still call `gdrpeer_unmap`. Without the fork
+    /// handlers the child inherits the lock held by a thread it does not have, and waits
+    /// for ever (here: dies of its alarm).
+    #[test]
+    fn unmap_in_a_child_forked_while_another_thread_holds_the_list() {
+        // SAFETY: an address no mapping has: only the list is read (and the handlers
+        // registered).
+        assert_eq!(
+            unsafe { gdrpeer_unmap(0x1000 as *mut c_void, 1) },
+            -libc::EINVAL
+        );
+        let (held, holding) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let list = MAPPINGS.lock().unwrap();
+            held.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            drop(list);
+        });
+        holding.recv().unwrap();
+        // SAFETY: the child calls gdrpeer_unmap and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: plain calls in the child, which ends with _exit.
+                unsafe {
+                    libc::alarm(3);
+                    let r = gdrpeer_unmap(0x1000 as *mut c_void, 1);
+                    libc::_exit(if r == -libc::EINVAL { 0 } else { 1 })
+                }
+            }
+            pid => {
+                assert!(pid > 0, "fork failed");
+                let mut status = 0;
+                // SAFETY: the child just forked.
+                assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+                holder.join().unwrap();
+                assert!(
+                    !libc::WIFSIGNALED(status),
+                    "the child waited for the list's lock until its alarm (signal {})",
+                    libc::WTERMSIG(status)
+                );
+                assert_eq!(libc::WEXITSTATUS(status), 0, "the child's unmap");
+            }
+        }
+    }
 }
