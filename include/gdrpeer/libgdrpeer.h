@@ -25,7 +25,8 @@
  * from every call but gdrpeer_version() (and gdrpeer_unmap(), which unmaps
  * nothing in a child). The library's list of mappings is held across
  * fork() (pthread_atfork), so a child forked while another thread maps or
- * unmaps finds it free.
+ * unmaps finds it free; a fork from a signal handler that interrupted
+ * gdrpeer_map() or gdrpeer_unmap() on the same thread waits for ever.
  *
  * Pointers: unless said otherwise, a pointer argument must be valid for what
  * the function reads or writes through it for the duration of the call, and

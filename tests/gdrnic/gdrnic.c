@@ -163,6 +163,7 @@ static struct {
 	atomic64_t dmabuf_imports;	/* live */
 	atomic64_t dmabuf_maps;		/* dma_buf_map_attachment() calls that succeeded */
 	atomic64_t dmabuf_invalidations;
+	atomic64_t chunk_delays;	/* chunks that began chunk_delay_ms, the engine held */
 } gdrnic_stats;
 
 /*
@@ -630,8 +631,10 @@ static int gdrnic_chunk_dma(struct gdrnic_dev *nic, u64 gpu, void *bounce, u32 n
 	int ret;
 
 	lockdep_assert_held(&nic->engine_lock);
-	if (gdrnic_chunk_delay_ms)
+	if (gdrnic_chunk_delay_ms) {
+		atomic64_inc(&gdrnic_stats.chunk_delays);
 		msleep(gdrnic_chunk_delay_ms);
+	}
 	if (nic->gone) {
 		ret = -ENODEV;
 	} else if (send) {
@@ -1861,6 +1864,7 @@ static int gdrnic_stats_show(struct seq_file *s, void *unused)
 	seq_printf(s, "dmabuf_maps %lld\n", atomic64_read(&gdrnic_stats.dmabuf_maps));
 	seq_printf(s, "dmabuf_invalidations %lld\n",
 		   atomic64_read(&gdrnic_stats.dmabuf_invalidations));
+	seq_printf(s, "chunk_delays %lld\n", atomic64_read(&gdrnic_stats.chunk_delays));
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(gdrnic_stats);

@@ -34,13 +34,24 @@ thread_local! {
     static HELD_ACROSS_FORK: RefCell<Option<MappingsGuard>> = const { RefCell::new(None) };
 }
 
+/// Takes the list's lock for the fork. Never panics (a panic here would abort): where this
+/// thread's slot is gone (a fork during the thread's exit) or in use, the lock is given back
+/// at once, as without the handlers.
 extern "C" fn before_fork() {
     let guard = MAPPINGS.lock().unwrap_or_else(|e| e.into_inner());
-    HELD_ACROSS_FORK.with(|h| *h.borrow_mut() = Some(guard));
+    let _ = HELD_ACROSS_FORK.try_with(|h| {
+        if let Ok(mut slot) = h.try_borrow_mut() {
+            *slot = Some(guard);
+        }
+    });
 }
 
 extern "C" fn after_fork() {
-    HELD_ACROSS_FORK.with(|h| drop(h.borrow_mut().take()));
+    let _ = HELD_ACROSS_FORK.try_with(|h| {
+        if let Ok(mut slot) = h.try_borrow_mut() {
+            drop(slot.take());
+        }
+    });
 }
 
 /// [`MAPPINGS`], locked. A child forked while another thread held the lock would inherit

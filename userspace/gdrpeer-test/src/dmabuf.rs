@@ -468,12 +468,15 @@ fn invalidation_waits_for_no_other_chunk() -> TestResult {
         .map_err(errno)?;
     let knob = "/sys/kernel/debug/gdrnic/chunk_delay_ms";
     std::fs::write(knob, HOLD_MS.to_string()).map_err(|e| format!("{knob}: {e}"))?;
+    let delays = nstat("chunk_delays")?;
     let holder = std::thread::spawn(move || {
         let r = n1.send(busy_mr.handle, 0, 100).map(|_| ());
         (n1, r)
     });
     // The first send holds the engine (it sleeps there), then the import's queues for it.
-    std::thread::sleep(Duration::from_millis(500));
+    eventually(10, "the first send holding the engine", || {
+        Ok(nstat("chunk_delays")? > delays)
+    })?;
     let waiter = std::thread::spawn(move || {
         let r = n2.send(queued_mr.handle, 0, 100).map(|_| ());
         (n2, r)

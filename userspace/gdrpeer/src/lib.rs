@@ -920,6 +920,9 @@ mod tests {
         // SAFETY: the child only maps a page, calls write and exits.
         match unsafe { libc::fork() } {
             0 => {
+                // A child stuck on a lock another test thread held at the fork dies.
+                // SAFETY: a plain call.
+                unsafe { libc::alarm(3) };
                 // The child's own page where the parent's mapping was.
                 // SAFETY: the range is free in the child (MADV_DONTFORK).
                 let q = unsafe {

@@ -1082,10 +1082,10 @@ fn secure_boot(ctx: &Context) -> Finding {
 }
 
 /// Whether a signing key found by its name alone leaves the module's load in doubt: where
-/// signatures are enforced, a new key of an old name (DKMS's after a reinstall) is rejected,
-/// unless the kernel verified the loaded module already.
-fn name_match_unproven(how: &str, enforcing: bool, verified: bool) -> bool {
-    how == "signer name" && enforcing && !verified
+/// signatures are enforced, a new key of an old name (DKMS's after a reinstall) is rejected.
+/// A loaded gdrpeer proves nothing here: the file checked may have been re-signed since.
+fn name_match_unproven(how: &str, enforcing: bool) -> bool {
+    how == "signer name" && enforcing
 }
 
 fn module_signature(ctx: &Context) -> Finding {
@@ -1186,7 +1186,7 @@ fn module_signature(ctx: &Context) -> Finding {
     match found {
         Some((how, whence)) => {
             f.summary += &format!(", a key in {whence} (matched by {how})");
-            if name_match_unproven(how, enforcing, verified) {
+            if name_match_unproven(how, enforcing) {
                 f.status = Status::Warn;
                 f = f.fix(format!("only a key of the same name was found, not the module's key id: after a reinstall DKMS may sign with a new key of the old name; check with sudo mokutil --test-key /var/lib/dkms/mok.pub, and if it is not enrolled: {dkms_key}"));
             }

@@ -243,12 +243,10 @@ fn keys_and_secure_boot() {
         Some("signer name")
     );
     assert_eq!(key_enrolled(keys, "Other key", "01:02:03:04:05"), None);
-    // A name alone proves nothing where signatures are enforced, unless the kernel
-    // verified the loaded module.
-    assert!(name_match_unproven("signer name", true, false));
-    assert!(!name_match_unproven("signer name", true, true));
-    assert!(!name_match_unproven("signer name", false, false));
-    assert!(!name_match_unproven("key id", true, false));
+    // A name alone proves nothing where signatures are enforced.
+    assert!(name_match_unproven("signer name", true));
+    assert!(!name_match_unproven("signer name", false));
+    assert!(!name_match_unproven("key id", true));
     let mok = "[key 1]\nSHA1 Fingerprint: aa:bb\n        Subject: CN=DKMS module signing key\n";
     assert_eq!(
         key_enrolled(mok, "DKMS module signing key", ""),
