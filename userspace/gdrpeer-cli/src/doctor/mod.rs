@@ -963,14 +963,13 @@ fn topology(ctx: &Context) -> Vec<Finding> {
                 ));
                 continue;
             };
-            let (status, verdict, mut fix) = match link {
+            let (mut status, verdict, mut fix) = match link {
                 PciLink::Switch => (Status::Ok, "the best case in NVIDIA's rule", None),
                 PciLink::RootPort => (Status::Warn, "acceptable in NVIDIA's rule; peer-to-peer bandwidth may be limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch".to_string())),
                 PciLink::HostBridge => (Status::Warn, "acceptable in NVIDIA's rule: works, peer-to-peer reads may be severely limited", Some("for full bandwidth put the GPU and the NIC under one PCIe switch".to_string())),
                 PciLink::AcrossHostBridges => (Status::Warn, "may be slow or not work, depending on the CPU", Some("use a NIC under the GPU's host bridge, ideally under its PCIe switch".to_string())),
                 PciLink::AcrossSockets => (Status::Fail, "not supported by NVIDIA's rule: the CPU interconnect may not forward peer-to-peer traffic reliably", Some("use a NIC on the GPU's CPU socket, ideally under the GPU's PCIe switch".to_string())),
             };
-            let mut status = status;
             if let Some((b, bn)) = best.filter(|(b, _)| **b < link) {
                 // A worse pair than this GPU's best: not a FAIL of the machine, a pair
                 // to leave unused.
